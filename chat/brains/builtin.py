@@ -1,0 +1,182 @@
+"""The built-in brain: offline and deterministic, yet it listens.
+
+It learns stated facts (name, goal, likes, notes to remember), keeps a goal with a small plan,
+answers questions about what it knows, and recaps the conversation ("where were we?").
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+
+from django.conf import settings
+
+from continuity.brains import Context
+
+NAME = re.compile(
+    r"\b(?i:my name is|call me|i am|i'm)\s+(?P<name>[A-Za-z][\w'-]*(?:\s+[A-Z][\w'-]*)?)"
+)
+GOAL = re.compile(
+    r"\b(?:my goal is(?: to)?|i want to|i'd like to|i would like to|i need to|i'm trying to|"
+    r"i am trying to|help me)\s+(?P<goal>[^.!?\n]+)",
+    re.IGNORECASE,
+)
+LIKE = re.compile(r"\bi (?:really )?(?:like|love|enjoy)\s+(?P<thing>[^.!?\n]+)", re.IGNORECASE)
+REMEMBER = re.compile(r"\bremember(?: that)?\s+(?P<note>[^.!?\n]+)", re.IGNORECASE)
+ASK_NAME = re.compile(r"\b(?:what(?:'s| is) my name|who am i|do you know my name)\b", re.I)
+ASK_GOAL = re.compile(
+    r"\b(?:what(?:'s| is) my goal|what am i (?:working on|trying to do)|what's the plan|"
+    r"what is the plan)\b",
+    re.IGNORECASE,
+)
+ASK_MEMORY = re.compile(
+    r"\b(?:what do you (?:remember|know)(?: about me)?|what have you learned)\b", re.I
+)
+ASK_RECAP = re.compile(
+    r"\b(?:where were we|recap|summari[sz]e|what were we (?:doing|talking))", re.I
+)
+GREETING = re.compile(r"^\s*(?:hi|hello|hey|good (?:morning|afternoon|evening))\b", re.I)
+THANKS = re.compile(r"\b(?:thanks|thank you|cheers)\b", re.IGNORECASE)
+HELP = re.compile(r"^\s*(?:help|\?|what can you do)\s*\??\s*$", re.IGNORECASE)
+# "I'm tired" must not become a name: a name needs a capital letter or an explicit phrase.
+EXPLICIT_NAME = re.compile(r"\b(?:my name is|call me)\b", re.IGNORECASE)
+TOKEN = re.compile(r"\S+\s*|\s+")
+
+
+def clip(text: str, limit: int = 120) -> str:
+    text = " ".join(text.split()).strip(" ,;:")
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def goal_plan(goal: str) -> list[str]:
+    return [
+        f"Say what “{goal}” looks like when it is done",
+        "Split it into three small tasks you can finish in a day each",
+        "Do the first task and tell me how it went",
+    ]
+
+
+class BuiltinBrain:
+    def plan(self, context: Context) -> dict:
+        text = context.text
+        facts = self.facts_in(text)
+        intent = self.intent_of(text, facts)
+        plan: dict = {"intent": intent, "facts": facts}
+        if "goal" in facts:
+            plan["steps"] = goal_plan(facts["goal"])
+        return plan
+
+    def respond(self, context: Context, plan: dict) -> Iterator[str]:
+        delay = settings.CONTINUITY_BUILTIN_TOKEN_DELAY
+        for token in TOKEN.findall(self.reply_text(context, plan)):
+            if delay:
+                time.sleep(delay)
+            yield token
+
+    def remember(self, context: Context, plan: dict, reply: str) -> dict[str, str]:
+        return plan["facts"]
+
+    def facts_in(self, text: str) -> dict[str, str]:
+        facts: dict[str, str] = {}
+        if (match := NAME.search(text)) and (
+            EXPLICIT_NAME.search(match.group(0)) or match.group("name")[0].isupper()
+        ):
+            facts["name"] = match.group("name").strip().title()
+        if match := GOAL.search(text):
+            facts["goal"] = clip(match.group("goal"))
+        if match := LIKE.search(text):
+            facts["likes"] = clip(match.group("thing"))
+        if match := REMEMBER.search(text):
+            facts["note"] = clip(match.group("note"))
+        return facts
+
+    def intent_of(self, text: str, facts: dict[str, str]) -> str:
+        for intent, pattern in (
+            ("ask_name", ASK_NAME),
+            ("ask_goal", ASK_GOAL),
+            ("ask_memory", ASK_MEMORY),
+            ("recap", ASK_RECAP),
+            ("help", HELP),
+        ):
+            if pattern.search(text):
+                return intent
+        if facts:
+            return "learn"
+        if GREETING.search(text):
+            return "greet"
+        if THANKS.search(text):
+            return "thanks"
+        return "discuss"
+
+    def reply_text(self, context: Context, plan: dict) -> str:
+        known = {**context.facts, **plan["facts"]}
+        name = known.get("name")
+        handler = getattr(self, f"reply_{plan['intent']}")
+        return handler(context=context, plan=plan, known=known, name=name)
+
+    def reply_ask_name(self, *, name: str | None, **_) -> str:
+        if name:
+            return f"Your name is **{name}**."
+        return "You haven't told me your name yet. Say “my name is …” and I'll remember it."
+
+    def reply_ask_goal(self, *, known: dict, **_) -> str:
+        goal = known.get("goal")
+        if not goal:
+            return "We haven't set a goal yet. Tell me “my goal is …” and I'll draft a plan."
+        steps = "\n".join(f"{i}. {s}" for i, s in enumerate(goal_plan(goal), 1))
+        return f"Your goal is **{goal}**. The plan:\n\n{steps}"
+
+    def reply_ask_memory(self, *, known: dict, **_) -> str:
+        if not known:
+            return "I don't know anything about you yet. Tell me your name or a goal."
+        lines = "\n".join(f"- **{key}**: {value}" for key, value in sorted(known.items()))
+        return f"Here is what I remember:\n\n{lines}"
+
+    def reply_recap(self, *, context: Context, known: dict, name: str | None, **_) -> str:
+        asked = [turn.text for turn in context.history if turn.role == "user"]
+        if not asked:
+            return "This is the start of our conversation, so there is nothing to recap yet."
+        lines = [f"Here is where we were{', ' + name if name else ''}:", ""]
+        lines += [f"- You said: “{clip(text, 80)}”" for text in asked[-3:]]
+        if goal := known.get("goal"):
+            lines += ["", f"Your goal is **{goal}**; next step: {goal_plan(goal)[0].lower()}."]
+        return "\n".join(lines)
+
+    def reply_help(self, **_) -> str:
+        return (
+            "I'm the built-in assistant. I remember what you tell me about yourself "
+            "(“my name is …”, “my goal is …”, “remember that …”), keep a plan for your goal, "
+            "and answer “where were we?” with a recap — even after a restart."
+        )
+
+    def reply_learn(self, *, plan: dict, name: str | None, **_) -> str:
+        facts = plan["facts"]
+        parts = []
+        if "name" in facts:
+            parts.append(f"Nice to meet you, **{facts['name']}**! I'll remember your name.")
+        if "goal" in facts:
+            steps = "\n".join(f"{i}. {s}" for i, s in enumerate(plan["steps"], 1))
+            parts.append(f"Your goal: **{facts['goal']}**. Here's a plan:\n\n{steps}")
+        if "likes" in facts:
+            parts.append(f"Noted that you like {facts['likes']}.")
+        if "note" in facts:
+            parts.append(f"I'll remember that {facts['note']}.")
+        return "\n\n".join(parts)
+
+    def reply_greet(self, *, name: str | None, known: dict, **_) -> str:
+        hello = f"Hello, {name}!" if name else "Hello!"
+        if goal := known.get("goal"):
+            return f"{hello} Shall we continue with your goal, **{goal}**?"
+        return f"{hello} What would you like to work on?"
+
+    def reply_thanks(self, *, name: str | None, **_) -> str:
+        return f"You're welcome{', ' + name if name else ''}."
+
+    def reply_discuss(self, *, context: Context, known: dict, **_) -> str:
+        said = clip(context.text, 80)
+        turns = sum(1 for turn in context.history if turn.role == "user") + 1
+        reply = f"You said: “{said}”. That's message {turns} of this conversation."
+        if goal := known.get("goal"):
+            return f"{reply} How does it move your goal, **{goal}**, forward?"
+        return f"{reply} Tell me your goal and I'll help you plan it."

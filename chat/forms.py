@@ -1,0 +1,37 @@
+from __future__ import annotations
+
+import uuid
+
+from django import forms
+from django.contrib.auth.forms import UserCreationForm
+
+from continuity.errors import InvalidMessage
+from continuity.inbox import message_clean_text
+
+
+class MessageForm(forms.Form):
+    text = forms.CharField(
+        required=False,
+        strip=False,
+        widget=forms.Textarea(
+            attrs={"rows": 2, "placeholder": "Message Continuity…", "autofocus": True}
+        ),
+    )
+    client_id = forms.UUIDField(
+        widget=forms.HiddenInput,
+        error_messages={"required": "This form is out of date; reload the page and try again."},
+    )
+
+    @classmethod
+    def blank(cls) -> MessageForm:
+        return cls(initial={"client_id": uuid.uuid4()})
+
+    def clean_text(self) -> str:
+        try:
+            return message_clean_text(self.cleaned_data["text"])
+        except InvalidMessage as error:
+            raise forms.ValidationError(str(error)) from error
+
+
+class SignupForm(UserCreationForm):
+    pass

@@ -1,0 +1,11 @@
+from django import template
+from django.utils.safestring import SafeString, mark_safe
+
+from chat.rendering import markdown_to_safe_html
+
+register = template.Library()
+
+
+@register.filter
+def markdown(text: str) -> SafeString:
+    return mark_safe(markdown_to_safe_html(text))  # noqa: S308  (sanitized by nh3)

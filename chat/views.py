@@ -1,0 +1,105 @@
+from __future__ import annotations
+
+from django.contrib.auth import login
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django_htmx.http import HttpResponseClientRedirect
+
+from continuity.inbox import conversation_start, message_accept
+from continuity.models import Conversation
+from continuity.selectors import conversations_of, exchanges_of
+
+from .forms import MessageForm, SignupForm
+
+PAGE = "chat/conversation.html"
+
+
+def page_context(request: HttpRequest, conversation: Conversation | None, form: MessageForm):
+    return {
+        "conversation": conversation,
+        "conversations": conversations_of(request.user),
+        "exchanges": exchanges_of(conversation) if conversation else [],
+        "form": form,
+    }
+
+
+def composer_invalid(request: HttpRequest, conversation: Conversation | None, form: MessageForm):
+    """422 with the errors and the user's text kept in the composer."""
+    if request.htmx:
+        return render(
+            request,
+            f"{PAGE}#composer_oob",
+            {"conversation": conversation, "form": form},
+            status=422,
+        )
+    return render(request, PAGE, page_context(request, conversation, form), status=422)
+
+
+@require_http_methods(["GET", "POST"])
+def signup(request: HttpRequest) -> HttpResponse:
+    form = SignupForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        login(request, form.save())
+        return redirect("chat:home")
+    return render(
+        request, "registration/signup.html", {"form": form}, status=422 if form.errors else 200
+    )
+
+
+@require_GET
+@login_required
+def home(request: HttpRequest) -> HttpResponse:
+    return render(request, PAGE, page_context(request, None, MessageForm.blank()))
+
+
+@require_POST
+@login_required
+def conversation_new(request: HttpRequest) -> HttpResponse:
+    form = MessageForm(request.POST)
+    if not form.is_valid():
+        return composer_invalid(request, None, form)
+    conversation = conversation_start(
+        owner=request.user, text=form.cleaned_data["text"], client_id=form.cleaned_data["client_id"]
+    )
+    if request.htmx:
+        return HttpResponseClientRedirect(conversation_url(conversation))
+    return redirect(conversation_url(conversation))
+
+
+@require_GET
+@login_required
+def conversation_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    conversation = get_object_or_404(conversations_of(request.user), pk=pk)
+    return render(request, PAGE, page_context(request, conversation, MessageForm.blank()))
+
+
+@require_POST
+@login_required
+def message_send(request: HttpRequest, pk: int) -> HttpResponse:
+    conversation = get_object_or_404(conversations_of(request.user), pk=pk)
+    form = MessageForm(request.POST)
+    if not form.is_valid():
+        return composer_invalid(request, conversation, form)
+    message = message_accept(
+        conversation=conversation,
+        text=form.cleaned_data["text"],
+        client_id=form.cleaned_data["client_id"],
+    )
+    if not request.htmx:
+        return redirect(conversation_url(conversation))
+    return render(
+        request,
+        f"{PAGE}#sent",
+        {
+            "conversation": conversation,
+            "exchange": exchanges_of(conversation, message_ids=[message.pk])[0],
+            "form": MessageForm.blank(),
+        },
+    )
+
+
+def conversation_url(conversation: Conversation) -> str:
+    return reverse("chat:conversation", args=[conversation.pk])

@@ -1,0 +1,51 @@
+"""Conversation lifecycle: the crash-loop breaker pauses a conversation; staff resume it."""
+
+from __future__ import annotations
+
+import logging
+
+from django.core.mail import mail_admins
+from django.db import transaction
+from django.utils import timezone
+
+from .errors import InvalidTransition
+from .events import publish_conversation_changed
+from .inbox import conversation_enqueue
+from .models import Alert, Conversation, CrashRecord
+
+logger = logging.getLogger(__name__)
+
+
+def conversation_pause(*, conversation: Conversation, reason: str) -> Alert:
+    """Stop processing a conversation until staff resume it; raise an alert."""
+    updated = Conversation.objects.filter(
+        pk=conversation.pk, state=Conversation.State.ACTIVE
+    ).update(state=Conversation.State.PAUSED, paused_reason=reason, retry_at=None)
+    if not updated:
+        raise InvalidTransition(f"Conversation {conversation.pk} is not active; cannot pause it.")
+    text = f"Conversation {conversation.pk} ({conversation}) paused: {reason}"
+    alert = Alert.objects.create(
+        kind=Alert.Kind.CONVERSATION_PAUSED, conversation=conversation, text=text
+    )
+    logger.error(text)
+    transaction.on_commit(lambda: mail_admins("Conversation paused", text, fail_silently=True))
+    transaction.on_commit(lambda: publish_conversation_changed(conversation_id=conversation.pk))
+    return alert
+
+
+@transaction.atomic
+def conversation_resume(*, conversation: Conversation, by=None) -> None:
+    """Let a paused conversation process its queue again; its crashes stop counting."""
+    updated = Conversation.objects.filter(
+        pk=conversation.pk, state=Conversation.State.PAUSED
+    ).update(state=Conversation.State.ACTIVE, paused_reason="", retry_at=None)
+    if not updated:
+        raise InvalidTransition(f"Conversation {conversation.pk} is not paused; cannot resume it.")
+    now = timezone.now()
+    CrashRecord.objects.filter(conversation=conversation, resolved_at=None).update(resolved_at=now)
+    Alert.objects.filter(conversation=conversation, acknowledged_at=None).update(
+        acknowledged_at=now
+    )
+    logger.info("Conversation %s resumed by %s", conversation.pk, by or "system")
+    conversation_enqueue(conversation_id=conversation.pk)
+    transaction.on_commit(lambda: publish_conversation_changed(conversation_id=conversation.pk))

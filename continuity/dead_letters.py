@@ -1,0 +1,62 @@
+"""Input isolation: a message that cannot be processed is set aside with everything staff need."""
+
+from __future__ import annotations
+
+import logging
+
+from django.core.mail import mail_admins
+from django.db import transaction
+from django.utils import timezone
+
+from .events import publish_message_changed
+from .inbox import conversation_enqueue, message_bump
+from .models import Conversation, CrashRecord, DeadLetter, Message
+
+logger = logging.getLogger(__name__)
+
+
+def attempts_snapshot(message: Message) -> list[dict]:
+    return [
+        {
+            "attempt": run.attempt,
+            "state": run.state,
+            "worker": run.worker,
+            "started_at": run.started_at.isoformat(),
+            "ended_at": run.ended_at.isoformat() if run.ended_at else None,
+            "error": run.error,
+            "traceback": run.traceback,
+        }
+        for run in message.runs.order_by("id")
+    ]
+
+
+@transaction.atomic
+def dead_letter_create(*, message: Message, reason: str) -> DeadLetter:
+    """Mark the message dead, record why, tell staff, and let the conversation go on."""
+    conversation = message.conversation
+    dead_letter = DeadLetter.objects.create(
+        message=message,
+        conversation=conversation,
+        owner_id=conversation.owner_id,
+        payload={
+            "text": message.text,
+            "client_id": str(message.client_id) if message.client_id else None,
+            "created_at": message.created_at.isoformat(),
+        },
+        attempts=attempts_snapshot(message),
+        reason=reason,
+    )
+    message_bump(message_id=message.pk, state=Message.State.DEAD)
+    CrashRecord.objects.filter(message=message, resolved_at=None).update(resolved_at=timezone.now())
+    Conversation.objects.filter(pk=conversation.pk).update(retry_at=None)
+    text = (
+        f"Message {message.pk} of conversation {conversation.pk} dead-lettered after "
+        f"{message.attempts} attempt(s): {reason}"
+    )
+    logger.error(text)
+    conversation_enqueue(conversation_id=conversation.pk)
+    transaction.on_commit(lambda: mail_admins("Message dead-lettered", text, fail_silently=True))
+    transaction.on_commit(
+        lambda: publish_message_changed(conversation_id=conversation.pk, message_id=message.pk)
+    )
+    return dead_letter

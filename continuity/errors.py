@@ -1,0 +1,19 @@
+"""Domain errors of the continuity engine."""
+
+from __future__ import annotations
+
+
+class InvalidMessage(ValueError):
+    """The user's input was refused; the text is safe to show to the user."""
+
+
+class PermanentError(Exception):
+    """A brain's failure that no retry can fix: the message is dead-lettered at once."""
+
+
+class AttemptStopped(Exception):
+    """This attempt no longer owns its message (superseded, reaped or interrupted): stop quietly."""
+
+
+class InvalidTransition(Exception):
+    """A lifecycle change was asked for from a state that does not allow it."""

@@ -1,0 +1,140 @@
+"""Liveness: a running attempt and a worker node each refresh a Redis key (TTL = 2x the interval)
+and mirror it on their database row. The row survives a Redis restart; the key answers fast."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+from datetime import datetime, timedelta
+
+import redis
+from django.conf import settings
+from django.db import DatabaseError, connection
+from django.utils import timezone
+
+from .models import Run, Worker
+
+logger = logging.getLogger(__name__)
+
+
+@functools.cache
+def redis_client() -> redis.Redis:
+    return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
+
+
+def heartbeat_ttl() -> timedelta:
+    return timedelta(seconds=2 * settings.CONTINUITY_HEARTBEAT_SECONDS)
+
+
+def run_key(run_id: int) -> str:
+    return f"continuity:run:{run_id}:alive"
+
+
+def worker_key(name: str) -> str:
+    return f"continuity:worker:{name}:alive"
+
+
+def key_refresh(key: str) -> None:
+    try:
+        redis_client().set(key, "1", px=int(heartbeat_ttl().total_seconds() * 1000))
+    except redis.RedisError:
+        logger.warning("Heartbeat key %s not refreshed: Redis unavailable", key)
+
+
+def key_delete(key: str) -> None:
+    try:
+        redis_client().delete(key)
+    except redis.RedisError:
+        logger.warning("Heartbeat key %s not deleted: Redis unavailable", key)
+
+
+def keys_alive(keys: list[str]) -> set[str]:
+    """The keys that still exist; none when Redis cannot answer (the rows decide then)."""
+    if not keys:
+        return set()
+    try:
+        values = redis_client().mget(keys)
+    except redis.RedisError:
+        return set()
+    return {key for key, value in zip(keys, values, strict=True) if value is not None}
+
+
+def run_is_stale(run: Run, now: datetime) -> bool:
+    if run.heartbeat_at >= now - heartbeat_ttl():
+        return False
+    return run_key(run.pk) not in keys_alive([run_key(run.pk)])
+
+
+class Beat:
+    """Calls `beat()` every heartbeat interval on a thread; stops when it returns False."""
+
+    def __init__(self, name: str) -> None:
+        self.stopped = threading.Event()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+
+    def beat(self) -> bool:
+        raise NotImplementedError
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join()
+
+    def _loop(self) -> None:
+        try:
+            while not self._done.wait(settings.CONTINUITY_HEARTBEAT_SECONDS):
+                if not self.beat():
+                    self.stopped.set()
+                    return
+        finally:
+            connection.close()
+
+
+class RunHeartbeat(Beat):
+    """Keeps a run alive while it works; sets `stopped` once another party has ended the run
+    (watchdog, planned shutdown): the attempt is fenced off and must stop."""
+
+    def __init__(self, run_id: int) -> None:
+        super().__init__(f"heartbeat-run-{run_id}")
+        self.run_id = run_id
+
+    def __enter__(self) -> RunHeartbeat:
+        key_refresh(run_key(self.run_id))
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+        key_delete(run_key(self.run_id))
+
+    def beat(self) -> bool:
+        try:
+            owned = Run.objects.filter(pk=self.run_id, state=Run.State.RUNNING).update(
+                heartbeat_at=timezone.now()
+            )
+        except DatabaseError:
+            logger.warning("Run %s heartbeat not written", self.run_id, exc_info=True)
+            return True
+        if not owned:
+            logger.warning("Run %s was ended elsewhere; stopping this attempt", self.run_id)
+            return False
+        key_refresh(run_key(self.run_id))
+        return True
+
+
+class WorkerHeartbeat(Beat):
+    def __init__(self, name: str) -> None:
+        super().__init__(f"heartbeat-worker-{name}")
+        self.name = name
+
+    def beat(self) -> bool:
+        try:
+            Worker.objects.filter(name=self.name).update(last_seen_at=timezone.now())
+        except DatabaseError:
+            logger.warning("Worker %s heartbeat not written", self.name, exc_info=True)
+        key_refresh(worker_key(self.name))
+        return True

@@ -1,0 +1,110 @@
+"""Accepting user messages: once these functions return, the message is durable and queued."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from .errors import InvalidMessage
+from .events import publish_message_changed
+from .models import Conversation, Message
+
+logger = logging.getLogger(__name__)
+
+TITLE_CHARS = 60
+
+
+def message_clean_text(text: str) -> str:
+    """The text to store, or InvalidMessage with a reason fit for the user."""
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidMessage("Type a message before sending.")
+    limit = settings.CONTINUITY_MAX_MESSAGE_CHARS
+    if len(text) > limit:
+        raise InvalidMessage(
+            f"This message is {len(text):,} characters long; the limit is {limit:,}. "
+            "Shorten it or split it into several messages."
+        )
+    return text.strip()
+
+
+def title_from_text(text: str) -> str:
+    words = " ".join(text.split())
+    return words if len(words) <= TITLE_CHARS else words[: TITLE_CHARS - 1].rstrip() + "…"
+
+
+def conversation_enqueue(*, conversation_id: int) -> None:
+    """Ask a worker to drain the conversation once the current transaction commits.
+
+    The stored pending message, not this broker message, is the real outbox: if the send is lost
+    (process death right after commit, Redis down or flushed), the watchdog sends it again.
+    """
+    from .tasks import drain_conversation as drain_conversation_task
+
+    Conversation.objects.filter(pk=conversation_id).update(enqueued_at=timezone.now())
+
+    def send() -> None:
+        try:
+            drain_conversation_task.delay(conversation_id)
+        except Exception:
+            logger.warning(
+                "Enqueue of conversation %s failed; the watchdog will retry",
+                conversation_id,
+                exc_info=True,
+            )
+
+    transaction.on_commit(send)
+
+
+def message_accept(*, conversation: Conversation, text: str, client_id: uuid.UUID) -> Message:
+    """Store a user message as queued, once per client id, and enqueue its processing."""
+    text = message_clean_text(text)
+    existing = Message.objects.filter(conversation=conversation, client_id=client_id).first()
+    if existing is not None:
+        return existing
+    try:
+        with transaction.atomic():
+            # Locking the conversation makes message ids follow commit order, which is the order
+            # in which the conversation is answered.
+            Conversation.objects.select_for_update().filter(pk=conversation.pk).update(
+                updated_at=timezone.now()
+            )
+            message = Message.objects.create(
+                conversation=conversation, role=Message.Role.USER, text=text, client_id=client_id
+            )
+            conversation_enqueue(conversation_id=conversation.pk)
+            transaction.on_commit(
+                lambda: publish_message_changed(
+                    conversation_id=conversation.pk, message_id=message.pk
+                )
+            )
+    except IntegrityError:
+        # A concurrent submit of the same client id won the race: return its row.
+        return Message.objects.get(conversation=conversation, client_id=client_id)
+    return message
+
+
+def conversation_start(*, owner, text: str, client_id: uuid.UUID) -> Conversation:
+    """Create a conversation with its first message; a resubmit returns the same conversation."""
+    text = message_clean_text(text)
+    existing = Conversation.objects.filter(owner=owner, client_id=client_id).first()
+    if existing is not None:
+        return existing
+    try:
+        with transaction.atomic():
+            conversation = Conversation.objects.create(
+                owner=owner, title=title_from_text(text), client_id=client_id
+            )
+            message_accept(conversation=conversation, text=text, client_id=client_id)
+    except IntegrityError:
+        return Conversation.objects.get(owner=owner, client_id=client_id)
+    return conversation
+
+
+def message_bump(*, message_id: int, **changes) -> int:
+    """Apply changes to a message and bump its version, so browsers re-render it."""
+    return Message.objects.filter(pk=message_id).update(version=F("version") + 1, **changes)

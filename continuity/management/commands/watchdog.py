@@ -1,0 +1,50 @@
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+from django.db import close_old_connections
+
+from continuity.recovery import watchdog_tick
+
+logger = logging.getLogger("continuity.watchdog")
+
+
+class Command(BaseCommand):
+    help = "Reap crashed attempts and re-enqueue stalled conversations, every few seconds."
+
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--interval",
+            type=float,
+            default=None,
+            help="Seconds between sweeps (default: CONTINUITY_WATCHDOG_SECONDS).",
+        )
+        parser.add_argument("--once", action="store_true", help="Run one sweep and exit.")
+
+    def handle(self, *args, interval: float | None, once: bool, **options):
+        interval = settings.CONTINUITY_WATCHDOG_SECONDS if interval is None else interval
+        if interval <= 0:
+            raise CommandError("--interval must be positive.")
+        stop = threading.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.set())
+        logger.info("Watchdog started (every %ss)", interval)
+        while not stop.is_set():
+            sweep()
+            if once:
+                break
+            stop.wait(interval)
+        logger.info("Watchdog stopped")
+
+
+def sweep() -> None:
+    # The watchdog must outlive outages of the things it watches: log and try again next time.
+    close_old_connections()
+    try:
+        watchdog_tick()
+    except Exception:
+        logger.exception("Watchdog sweep failed")

@@ -1,0 +1,171 @@
+"""Processing one message as named steps, each checkpointed before the next one starts.
+
+A re-executed attempt (after a crash or an interruption) reuses the stored outputs of completed
+steps. Checkpoints hold each step's own output (references to the history, not a copy of it).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+from collections.abc import Callable, Iterable
+from threading import Event
+
+from django.conf import settings
+from django.db import transaction
+
+from .attempts import attempt_begin, attempt_end, attempt_finish, run_lock_owned
+from .brains import Brain, Context, Turn, brain_load
+from .errors import AttemptStopped, PermanentError
+from .events import publish_reply_chunk
+from .heartbeats import RunHeartbeat
+from .models import Checkpoint, MemoryFact, Message, ReplyChunk, Run
+
+logger = logging.getLogger(__name__)
+
+
+def drain_conversation(*, conversation_id: int, node: str = "") -> None:
+    """Answer the conversation's oldest pending message; a follow-up task takes the next one."""
+    run = attempt_begin(conversation_id=conversation_id, node=node)
+    if run is not None:
+        attempt_execute(run=run)
+
+
+def attempt_execute(*, run: Run) -> None:
+    with RunHeartbeat(run.pk) as heartbeat:
+        try:
+            reply_text = steps_run(run=run, brain=brain_load(), stopped=heartbeat.stopped)
+            attempt_finish(run=run, reply_text=reply_text)
+        except AttemptStopped as stop:
+            logger.info("Attempt stopped: %s", stop)
+        except Exception as exc:  # noqa: BLE001  (any failure of a step is recorded, then retried)
+            attempt_end(
+                run_id=run.pk,
+                state=Run.State.FAILED,
+                error=f"{type(exc).__name__}: {exc}",
+                traceback=traceback.format_exc(),
+                permanent=isinstance(exc, PermanentError),
+            )
+
+
+def steps_run(*, run: Run, brain: Brain, stopped: Event) -> str:
+    message = Message.objects.select_related("conversation").get(pk=run.message_id)
+    refs = step(run, "context", stopped, lambda: context_refs(message))
+    context = context_build(message=message, attempt=run.attempt, refs=refs)
+    plan = step(run, "plan", stopped, lambda: brain.plan(context))
+    reply = step(
+        run,
+        "respond",
+        stopped,
+        lambda: {
+            "reply": reply_stream(run=run, tokens=brain.respond(context, plan), stopped=stopped)
+        },
+    )["reply"]
+    step(
+        run,
+        "remember",
+        stopped,
+        lambda: {"facts": brain.remember(context, plan, reply)},
+        apply=lambda output: memory_store(message=message, facts=output["facts"]),
+    )
+    return reply
+
+
+def step(
+    run: Run,
+    name: str,
+    stopped: Event,
+    compute: Callable[[], dict],
+    *,
+    apply: Callable[[dict], None] | None = None,
+) -> dict:
+    """The stored output of this step for the message, or compute it and checkpoint it (together
+    with its side effects in `apply`) before returning."""
+    stored = Checkpoint.objects.filter(message_id=run.message_id, step=name).first()
+    if stored is not None:
+        return stored.output
+    if stopped.is_set():
+        raise AttemptStopped(f"Run {run.pk} stopped before step {name}.")
+    output = compute()
+    with transaction.atomic():
+        run_lock_owned(run)
+        if apply is not None:
+            apply(output)
+        Checkpoint.objects.create(message_id=run.message_id, run=run, step=name, output=output)
+    return output
+
+
+def context_refs(message: Message) -> dict:
+    """Which earlier turns and facts this answer is based on, by reference."""
+    earlier = (
+        Message.objects.filter(
+            conversation_id=message.conversation_id,
+            role=Message.Role.USER,
+            state=Message.State.DONE,
+            id__lt=message.pk,
+        )
+        .select_related("reply")
+        .order_by("-id")[: settings.CONTINUITY_HISTORY_TURNS]
+    )
+    history_ids: list[int] = []
+    for user_message in reversed(earlier):
+        history_ids += [user_message.pk, user_message.reply.pk]
+    return {"history": history_ids}
+
+
+def context_build(*, message: Message, attempt: int, refs: dict) -> Context:
+    by_id = Message.objects.in_bulk(refs["history"])
+    history = [Turn(by_id[pk].role, by_id[pk].text) for pk in refs["history"] if pk in by_id]
+    owner_id = message.conversation.owner_id
+    facts = dict(MemoryFact.objects.filter(owner_id=owner_id).values_list("key", "value"))
+    return Context(
+        owner_id=owner_id,
+        conversation_id=message.conversation_id,
+        message_id=message.pk,
+        attempt=attempt,
+        text=message.text,
+        history=history,
+        facts=facts,
+    )
+
+
+def reply_stream(*, run: Run, tokens: Iterable[str], stopped: Event) -> str:
+    """Collect the reply while persisting it in ordered chunks and streaming them live."""
+    parts: list[str] = []
+    unsent: list[str] = []
+    seq = 0
+    flushed_at = time.monotonic()
+    for token in tokens:
+        if stopped.is_set():
+            raise AttemptStopped(f"Run {run.pk} stopped while replying.")
+        parts.append(token)
+        unsent.append(token)
+        if time.monotonic() - flushed_at >= settings.CONTINUITY_STREAM_FLUSH_SECONDS:
+            seq += 1
+            chunk_store(run=run, seq=seq, text="".join(unsent))
+            unsent.clear()
+            flushed_at = time.monotonic()
+    if unsent:
+        chunk_store(run=run, seq=seq + 1, text="".join(unsent))
+    return "".join(parts)
+
+
+def chunk_store(*, run: Run, seq: int, text: str) -> None:
+    ReplyChunk.objects.create(message_id=run.message_id, run=run, seq=seq, text=text)
+    publish_reply_chunk(
+        conversation_id=run.conversation_id,
+        message_id=run.message_id,
+        run_id=run.pk,
+        seq=seq,
+        text=text,
+    )
+
+
+def memory_store(*, message: Message, facts: dict[str, str]) -> None:
+    for key, value in facts.items():
+        MemoryFact.objects.update_or_create(
+            owner_id=message.conversation.owner_id,
+            key=key,
+            defaults={"value": value, "source_message": message},
+        )

@@ -1,0 +1,63 @@
+"""Read models for the chat pages and the staff dashboard."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from django.db.models import Count, QuerySet
+
+from .models import Conversation, Message, ReplyChunk, Run
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """A user message with its reply, or with the part of the reply streamed so far."""
+
+    message: Message
+    reply: Message | None
+    streaming_run_id: int | None = None
+    streamed_text: str = ""
+    last_seq: int = 0
+
+
+def conversations_of(owner) -> QuerySet[Conversation]:
+    return Conversation.objects.filter(owner=owner)
+
+
+def exchanges_of(
+    conversation: Conversation, *, message_ids: Iterable[int] | None = None
+) -> list[Exchange]:
+    messages = conversation.messages.filter(role=Message.Role.USER).select_related("reply")
+    if message_ids is not None:
+        messages = messages.filter(pk__in=list(message_ids))
+    messages = list(messages.order_by("id"))
+    streaming = streaming_runs(m.pk for m in messages if m.state == Message.State.PROCESSING)
+    return [
+        Exchange(message=m, reply=getattr(m, "reply", None), **streaming.get(m.pk, {}))
+        for m in messages
+    ]
+
+
+def streaming_runs(message_ids: Iterable[int]) -> dict[int, dict]:
+    """For each message being answered: its live run and the chunks that run has stored."""
+    runs = Run.objects.filter(message_id__in=list(message_ids), state=Run.State.RUNNING)
+    found: dict[int, dict] = {}
+    for run in runs:
+        chunks = list(ReplyChunk.objects.filter(run=run).order_by("seq").values_list("seq", "text"))
+        found[run.message_id] = {
+            "streaming_run_id": run.pk,
+            "streamed_text": "".join(text for _, text in chunks),
+            "last_seq": chunks[-1][0] if chunks else 0,
+        }
+    return found
+
+
+def message_counts_by_state() -> dict[str, int]:
+    counts = dict(
+        Message.objects.filter(role=Message.Role.USER)
+        .values_list("state")
+        .annotate(n=Count("pk"))
+        .values_list("state", "n")
+    )
+    return {state: counts.get(state, 0) for state in Message.State.values}

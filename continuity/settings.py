@@ -1,0 +1,192 @@
+"""Settings for Continuity, read from the environment (see README "Configuration")."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dj_database_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("CONTINUITY_VAR_DIR", BASE_DIR / "var"))
+
+
+def env_bool(name: str, default: bool) -> bool:
+    return os.environ.get(name, "1" if default else "0").strip().lower() in {"1", "true", "yes"}
+
+
+def env_float(name: str, default: float) -> float:
+    return float(os.environ.get(name, default))
+
+
+def env_int(name: str, default: int) -> int:
+    return int(os.environ.get(name, default))
+
+
+def env_list(name: str, default: str) -> list[str]:
+    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
+def local_secret_key() -> str:
+    """A per-checkout key for `make run`; deployments with several hosts must set SECRET_KEY."""
+    path = VAR_DIR / "secret_key"
+    if not path.exists():
+        import secrets
+
+        VAR_DIR.mkdir(parents=True, exist_ok=True)
+        path.write_text(secrets.token_urlsafe(50))
+    return path.read_text().strip()
+
+
+DEBUG = env_bool("DEBUG", False)
+SECRET_KEY = os.environ.get("SECRET_KEY") or local_secret_key()
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", "")
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "channels",
+    "django_htmx",
+    "template_partials",
+    "continuity",
+    "chat",
+    "dashboard",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "continuity.urls"
+ASGI_APPLICATION = "continuity.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# PostgreSQL in production and in the test suite; SQLite in WAL mode when nothing is configured,
+# so that `make run` works on a bare machine.
+DATABASES = {
+    "default": dj_database_url.parse(
+        os.environ.get("DATABASE_URL", f"sqlite:///{VAR_DIR / 'continuity.sqlite3'}"),
+        conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 60),
+        conn_health_checks=True,
+    )
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"]["OPTIONS"] = {
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 30,
+    }
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "chat:home"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+WHITENOISE_USE_FINDERS = True
+
+ADMINS = [tuple(pair.split(":", 1)) for pair in env_list("ADMINS", "")]
+EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+
+REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+
+CHANNEL_LAYERS = {
+    "default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [REDIS_URL], "capacity": 1500, "expiry": 30},
+    }
+}
+
+# Delivery: acks-late with rejection on worker loss, one prefetched message per process.
+# The visibility timeout must exceed the hard time limit (no countdown tasks are used): the
+# database watchdog, not the broker, drives fast recovery (see DESIGN "Pitfalls").
+CELERY_BROKER_URL = REDIS_URL
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_SOFT_TIME_LIMIT = env_float("CELERY_TASK_SOFT_TIME_LIMIT", 300)
+CELERY_TASK_TIME_LIMIT = env_float("CELERY_TASK_TIME_LIMIT", 330)
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT", 3600),
+    "unacked_restore_interval": env_int("CELERY_UNACKED_RESTORE_INTERVAL", 60),
+    "socket_timeout": 10,
+    "socket_connect_timeout": 5,
+}
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = True
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_WORKER_SEND_TASK_EVENTS = False
+
+# Continuity engine.
+CONTINUITY_BRAIN = os.environ.get("CONTINUITY_BRAIN", "builtin")
+CONTINUITY_BRAINS = {"builtin": "chat.brains.builtin.BuiltinBrain"}
+CONTINUITY_BUILTIN_TOKEN_DELAY = env_float("CONTINUITY_BUILTIN_TOKEN_DELAY", 0.03)
+CONTINUITY_MAX_MESSAGE_CHARS = env_int("CONTINUITY_MAX_MESSAGE_CHARS", 16_000)
+CONTINUITY_HISTORY_TURNS = env_int("CONTINUITY_HISTORY_TURNS", 20)
+CONTINUITY_MAX_ATTEMPTS = env_int("CONTINUITY_MAX_ATTEMPTS", 3)
+CONTINUITY_HEARTBEAT_SECONDS = env_float("CONTINUITY_HEARTBEAT_SECONDS", 5)
+CONTINUITY_STREAM_FLUSH_SECONDS = env_float("CONTINUITY_STREAM_FLUSH_SECONDS", 0.1)
+CONTINUITY_CRASH_BACKOFF_SECONDS = [
+    float(s) for s in env_list("CONTINUITY_CRASH_BACKOFF_SECONDS", "5,30,120,600")
+]
+CONTINUITY_PAUSE_AFTER_CRASHES = env_int("CONTINUITY_PAUSE_AFTER_CRASHES", 3)
+CONTINUITY_CRASH_WINDOW_SECONDS = env_float("CONTINUITY_CRASH_WINDOW_SECONDS", 3600)
+CONTINUITY_REQUEUE_AFTER_SECONDS = env_float("CONTINUITY_REQUEUE_AFTER_SECONDS", 30)
+CONTINUITY_WATCHDOG_SECONDS = env_float("CONTINUITY_WATCHDOG_SECONDS", 2)
+CONTINUITY_CHECKPOINT_RETENTION_DAYS = env_float("CONTINUITY_CHECKPOINT_RETENTION_DAYS", 14)
+# Test-only fault injection. Deliberately not read from the environment: only tests/settings.py
+# turns it on, so no production deployment can enable it.
+CONTINUITY_FAULT_INJECTION = False
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+}

@@ -1,0 +1,170 @@
+// Continuity chat: upserts of versioned exchanges, live reply streaming, and the composer keys.
+(() => {
+  "use strict";
+
+  // An exchange is replaced only by a rendering at least as new: (version, streamed chunk seq).
+  const rank = (el) => [Number(el.dataset.version || 0), Number(el.dataset.seq || 0)];
+  const olderThan = (a, b) => a[0] < b[0] || (a[0] === b[0] && a[1] < b[1]);
+
+  const exchangesBox = () => document.getElementById("exchanges");
+  const awaitingSync = new Set();
+
+  function nearBottom() {
+    const el = document.scrollingElement;
+    return el.scrollHeight - el.scrollTop - el.clientHeight < 120;
+  }
+
+  function scrollToEnd(wasNearBottom) {
+    if (wasNearBottom) window.scrollTo(0, document.scrollingElement.scrollHeight);
+  }
+
+  function upsertExchange(box, incoming) {
+    const current = document.getElementById(incoming.id);
+    awaitingSync.delete(Number(incoming.dataset.messageId));
+    if (current) {
+      if (!olderThan(rank(incoming), rank(current))) current.replaceWith(incoming);
+      return;
+    }
+    const id = Number(incoming.dataset.messageId);
+    const next = [...box.querySelectorAll("[data-exchange]")].find(
+      (el) => Number(el.dataset.messageId) > id,
+    );
+    box.insertBefore(incoming, next || null);
+  }
+
+  function upsertFragment(fragment) {
+    const box = exchangesBox();
+    if (!box) return;
+    const wasNearBottom = nearBottom();
+    fragment.querySelectorAll("[data-exchange]").forEach((el) => upsertExchange(box, el));
+    scrollToEnd(wasNearBottom);
+  }
+
+  function fragmentOf(html) {
+    const template = document.createElement("template");
+    template.innerHTML = html;
+    return template.content;
+  }
+
+  // Declared on the composer itself: its response replaces the composer (out of band) before
+  // the main swap runs, and a detached element no longer inherits extensions from <body>.
+  htmx.defineExtension("upsert", {
+    handleSwap(swapStyle, target, fragment) {
+      if (swapStyle !== "upsert") return false;
+      upsertFragment(fragment);
+      return true;
+    },
+  });
+
+  function composerError(text) {
+    const box = document.querySelector("[data-composer-errors]");
+    if (box) box.textContent = text;
+  }
+
+  document.addEventListener("htmx:sendError", () =>
+    composerError("Could not reach the server. Your message is still here: press Enter to retry."),
+  );
+  document.addEventListener("htmx:responseError", (event) => {
+    if (event.detail.xhr.status !== 422) {
+      composerError(`The server answered ${event.detail.xhr.status}. Your message is still here: press Enter to retry.`);
+    }
+  });
+  document.addEventListener("htmx:oobAfterSwap", (event) => {
+    if (event.detail.target.id === "composer") event.detail.target.querySelector("textarea")?.focus();
+  });
+
+  document.addEventListener("keydown", (event) => {
+    const field = event.target;
+    if (!field.matches || !field.matches("#composer textarea")) return;
+    if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+      event.preventDefault();
+      field.form.requestSubmit();
+    }
+  });
+
+  function liveChannel(main) {
+    const indicator = main.querySelector("[data-live-indicator]");
+    let socket = null;
+    let failures = 0;
+
+    const setLive = (text, live) => {
+      if (!indicator) return;
+      indicator.textContent = text;
+      indicator.classList.toggle("on", live);
+    };
+
+    const lastMessageId = () => {
+      const all = exchangesBox().querySelectorAll("[data-exchange]");
+      return all.length ? Number(all[all.length - 1].dataset.messageId) : 0;
+    };
+    const unfinishedIds = () =>
+      [...exchangesBox().querySelectorAll("[data-exchange]")]
+        .filter((el) => el.dataset.state !== "done")
+        .map((el) => Number(el.dataset.messageId));
+
+    function sync(pending) {
+      if (!socket || socket.readyState !== WebSocket.OPEN) return;
+      socket.send(JSON.stringify({ type: "sync", after: lastMessageId(), pending }));
+    }
+
+    function syncOne(messageId) {
+      if (awaitingSync.has(messageId)) return;
+      awaitingSync.add(messageId);
+      sync([messageId]);
+    }
+
+    function applyChunk(event) {
+      const exchange = document.getElementById(`exchange-${event.message_id}`);
+      const box = exchange && exchange.querySelector("[data-streaming]");
+      if (!box || Number(box.dataset.run) !== event.run_id) {
+        if (!box || Number(box.dataset.run) < event.run_id) syncOne(event.message_id);
+        return;
+      }
+      const seen = Number(exchange.dataset.seq || 0);
+      if (event.seq <= seen) return;
+      if (event.seq !== seen + 1) {
+        syncOne(event.message_id); // a chunk went missing: fetch the stored reply instead
+        return;
+      }
+      const wasNearBottom = nearBottom();
+      box.querySelector(".streamed").textContent += event.text;
+      exchange.dataset.seq = String(event.seq);
+      scrollToEnd(wasNearBottom);
+    }
+
+    function receive(event) {
+      if (event.type === "exchanges") upsertFragment(fragmentOf(event.html));
+      else if (event.type === "chunk") applyChunk(event);
+      else if (event.type === "status") {
+        const status = document.getElementById("conversation-status");
+        const incoming = fragmentOf(event.html).getElementById("conversation-status");
+        if (status && incoming) status.replaceWith(incoming);
+      } else if (event.type === "error") console.warn("Continuity:", event.error);
+    }
+
+    function open() {
+      const scheme = location.protocol === "https:" ? "wss" : "ws";
+      socket = new WebSocket(`${scheme}://${location.host}${main.dataset.wsPath}`);
+      socket.addEventListener("open", () => {
+        failures = 0;
+        awaitingSync.clear();
+        setLive("live", true);
+        sync(unfinishedIds());
+      });
+      socket.addEventListener("message", (message) => receive(JSON.parse(message.data)));
+      socket.addEventListener("close", () => {
+        setLive("reconnecting…", false);
+        failures += 1;
+        setTimeout(open, Math.min(10000, 250 * 2 ** failures));
+      });
+    }
+
+    open();
+  }
+
+  document.addEventListener("DOMContentLoaded", () => {
+    const main = document.getElementById("conversation");
+    if (main) liveChannel(main);
+    window.scrollTo(0, document.scrollingElement.scrollHeight);
+  });
+})();

@@ -1,0 +1,144 @@
+"""The conversation websocket through the real ASGI stack and the Redis channel layer."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from asgiref.sync import async_to_sync
+from channels.testing import WebsocketCommunicator
+from django.conf import settings
+from django.test import Client
+
+from continuity.asgi import application
+from continuity.events import publish_message_changed, publish_reply_chunk
+from continuity.inbox import message_accept
+from tests.factories import ConversationFactory, UserFactory
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def session_headers(user, origin: str = "http://localhost") -> list[tuple[bytes, bytes]]:
+    headers = [(b"origin", origin.encode()), (b"host", b"localhost")]
+    if user is not None:
+        client = Client()
+        client.force_login(user)
+        cookie = client.cookies[settings.SESSION_COOKIE_NAME].value
+        headers.append((b"cookie", f"{settings.SESSION_COOKIE_NAME}={cookie}".encode()))
+    return headers
+
+
+def communicator(conversation_id: int, headers) -> WebsocketCommunicator:
+    return WebsocketCommunicator(application, f"/ws/c/{conversation_id}/", headers=headers)
+
+
+def connects(conversation_id: int, headers) -> bool:
+    async def scenario():
+        socket = communicator(conversation_id, headers)
+        connected, _ = await socket.connect()
+        await socket.disconnect()
+        return connected
+
+    return async_to_sync(scenario)()
+
+
+@pytest.fixture
+def owned():
+    owner = UserFactory()
+    conversation = ConversationFactory(owner=owner)
+    message = message_accept(conversation=conversation, text="Hello socket", client_id=uuid.uuid4())
+    return owner, conversation, message
+
+
+def test_owner_connects_and_catches_up_with_a_sync(owned):
+    owner, conversation, message = owned
+
+    async def scenario():
+        socket = communicator(conversation.pk, session_headers(owner))
+        assert (await socket.connect())[0]
+        await socket.send_json_to({"type": "sync", "after": 0, "pending": []})
+        exchanges = await socket.receive_json_from(timeout=5)
+        status = await socket.receive_json_from(timeout=5)
+        await socket.disconnect()
+        return exchanges, status
+
+    exchanges, status = async_to_sync(scenario)()
+    assert exchanges["type"] == "exchanges"
+    assert (
+        f'id="exchange-{message.pk}"' in exchanges["html"] and "Hello socket" in exchanges["html"]
+    )
+    assert status["type"] == "status" and 'id="conversation-status"' in status["html"]
+
+
+@pytest.mark.parametrize(
+    ("who", "origin"),
+    [
+        ("anonymous", "http://localhost"),
+        ("other user", "http://localhost"),
+        ("owner", "http://evil.example"),
+    ],
+)
+def test_refused_connections(owned, who, origin):
+    owner, conversation, _ = owned
+    user = {"anonymous": None, "other user": UserFactory(), "owner": owner}[who]
+    assert not connects(conversation.pk, session_headers(user, origin))
+
+
+def test_unknown_conversation_is_refused(owned):
+    owner, conversation, _ = owned
+    assert not connects(conversation.pk + 1000, session_headers(owner))
+
+
+def test_malformed_frames_get_an_error_and_the_socket_stays_usable(owned):
+    owner, conversation, message = owned
+
+    async def scenario():
+        socket = communicator(conversation.pk, session_headers(owner))
+        await socket.connect()
+        replies = []
+        for frame in [
+            "not json",
+            '{"type": "sync", "after": "x"}',
+            '{"type": "launch"}',
+            '{"type": "sync", "pending": [1, "2"]}',
+        ]:
+            await socket.send_to(text_data=frame)
+            replies.append(await socket.receive_json_from(timeout=5))
+        await socket.send_json_to({"type": "sync", "after": 0, "pending": [message.pk]})
+        replies.append(await socket.receive_json_from(timeout=5))
+        await socket.disconnect()
+        return replies
+
+    replies = async_to_sync(scenario)()
+    assert [reply["type"] for reply in replies] == ["error"] * 4 + ["exchanges"]
+    assert "sync" in replies[0]["error"]
+
+
+def test_published_events_reach_the_socket(owned):
+    owner, conversation, message = owned
+
+    async def scenario():
+        socket = communicator(conversation.pk, session_headers(owner))
+        await socket.connect()
+        from asgiref.sync import sync_to_async
+
+        await sync_to_async(publish_reply_chunk)(
+            conversation_id=conversation.pk, message_id=message.pk, run_id=7, seq=1, text="Hel"
+        )
+        chunk = await socket.receive_json_from(timeout=5)
+        await sync_to_async(publish_message_changed)(
+            conversation_id=conversation.pk, message_id=message.pk
+        )
+        exchange = await socket.receive_json_from(timeout=5)
+        await socket.disconnect()
+        return chunk, exchange
+
+    chunk, exchange = async_to_sync(scenario)()
+    assert chunk == {
+        "type": "chunk",
+        "message_id": message.pk,
+        "run_id": 7,
+        "seq": 1,
+        "text": "Hel",
+    }
+    assert exchange["type"] == "exchanges" and f"exchange-{message.pk}" in exchange["html"]

@@ -1,0 +1,84 @@
+"""Replies are Markdown rendered and sanitized; user text is escaped. Hostile input stays inert."""
+
+from __future__ import annotations
+
+from html.parser import HTMLParser
+
+import pytest
+from django.urls import reverse
+from django.utils.html import escape
+
+from chat.rendering import markdown_to_safe_html
+from continuity.models import Message
+from tests.factories import MessageFactory
+
+pytestmark = pytest.mark.django_db
+
+XSS_CORPUS = [
+    "<script>alert(1)</script>",
+    "<img src=x onerror=alert(1)>",
+    "[click](javascript:alert(1))",
+    "[click](JaVaScRiPt:alert(1))",
+    "[click](data:text/html;base64,PHNjcmlwdD5hbGVydCgxKTwvc2NyaXB0Pg==)",
+    "![x](javascript:alert(1))",
+    '<a href="javascript:alert(1)">x</a>',
+    "<svg onload=alert(1)>",
+    "<iframe src=//evil.example></iframe>",
+    '<div style="background:url(javascript:alert(1))">x</div>',
+    "**bold** <b onmouseover=alert(1)>hover</b>",
+    "`<script>alert(1)</script>`",
+    "<<script>script>alert(1)<</script>/script>",
+]
+
+ACTIVE_ELEMENTS = {"script", "iframe", "svg", "object", "embed", "style", "form", "base", "meta"}
+URL_ATTRIBUTES = {"href", "src", "action", "formaction", "xlink:href"}
+
+
+class ActiveContentFinder(HTMLParser):
+    """Finds what a browser would execute: active elements, event handlers, script URLs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        if tag in ACTIVE_ELEMENTS:
+            self.found.append(f"<{tag}>")
+        for name, value in attrs:
+            url = (value or "").strip().lower().replace(" ", "")
+            if name.startswith("on") or name == "style":
+                self.found.append(f"{tag}[{name}]")
+            if name in URL_ATTRIBUTES and url.startswith(("javascript:", "data:", "vbscript:")):
+                self.found.append(f"{tag}[{name}={value}]")
+
+
+def active_content(html: str) -> list[str]:
+    finder = ActiveContentFinder()
+    finder.feed(html)
+    return finder.found
+
+
+@pytest.mark.parametrize("payload", XSS_CORPUS)
+def test_reply_markdown_renders_hostile_input_inert(payload):
+    assert active_content(markdown_to_safe_html(payload)) == []
+
+
+def test_markdown_still_renders_formatting_and_safe_links():
+    html = markdown_to_safe_html("**Plan**\n\n1. one\n2. [docs](https://example.org)")
+    assert "<strong>Plan</strong>" in html and "<ol>" in html
+    assert 'href="https://example.org"' in html and 'rel="noopener noreferrer nofollow"' in html
+
+
+@pytest.mark.parametrize("payload", XSS_CORPUS)
+def test_conversation_page_escapes_user_text_and_sanitizes_replies(
+    owner_client, conversation, payload
+):
+    question = MessageFactory(conversation=conversation, text=payload, state="done")
+    Message.objects.create(
+        conversation=conversation, role="assistant", text=payload, state="done", reply_to=question
+    )
+    html = owner_client.get(reverse("chat:conversation", args=[conversation.pk])).content.decode()
+    exchange = html[html.index(f'id="exchange-{question.pk}"') :]
+    exchange = exchange[: exchange.index("</article>")]
+    assert active_content(exchange) == []
+    assert escape(payload) in exchange  # the user's text is shown, as text

@@ -1,0 +1,138 @@
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from django.urls import reverse
+
+from continuity.models import Conversation, Message
+from tests.factories import ConversationFactory, MessageFactory
+
+pytestmark = pytest.mark.django_db
+
+HTMX = {"HX-Request": "true"}
+
+
+def send(client, conversation, text, client_id=None, **extra):
+    return client.post(
+        reverse("chat:message_send", args=[conversation.pk]),
+        {"text": text, "client_id": str(client_id or uuid.uuid4())},
+        **extra,
+    )
+
+
+def test_conversation_page_shows_its_messages_and_the_sidebar(owner_client, conversation):
+    MessageFactory(conversation=conversation, text="Hello <b>world</b>")
+    older = ConversationFactory(owner=conversation.owner, title="Older one")
+    response = owner_client.get(reverse("chat:conversation", args=[conversation.pk]))
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert "Hello &lt;b&gt;world&lt;/b&gt;" in html
+    assert older.title in html
+    assert f'data-ws-path="/ws/c/{conversation.pk}/"' in html
+
+
+def test_sidebar_lists_conversations_newest_first(owner_client, user):
+    first = ConversationFactory(owner=user, title="First")
+    second = ConversationFactory(owner=user, title="Second")
+    Conversation.objects.filter(pk=first.pk).update(updated_at=second.updated_at)
+    Conversation.objects.filter(pk=second.pk).update(
+        updated_at=second.updated_at.replace(year=second.updated_at.year + 1)
+    )
+    html = owner_client.get(reverse("chat:home")).content.decode()
+    assert html.index("Second") < html.index("First")
+
+
+def test_htmx_send_returns_the_queued_exchange_and_a_fresh_composer(owner_client, conversation):
+    client_id = uuid.uuid4()
+    response = send(owner_client, conversation, "Hi there", client_id, headers=HTMX)
+    html = response.content.decode()
+    message = Message.objects.get()
+    assert response.status_code == 200
+    assert f'id="exchange-{message.pk}"' in html and 'data-state="queued"' in html
+    assert 'hx-swap-oob="true"' in html and str(client_id) not in html
+
+
+def test_plain_form_send_redirects_back_to_the_conversation(owner_client, conversation):
+    response = send(owner_client, conversation, "no javascript here")
+    assert response.status_code == 302
+    assert response["Location"] == reverse("chat:conversation", args=[conversation.pk])
+    assert Message.objects.filter(text="no javascript here").exists()
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [("   ", "Type a message before sending."), ("x" * 16_001, "the limit is 16,000")],
+)
+def test_invalid_text_gets_an_inline_error_keeps_the_text_and_stores_nothing(
+    owner_client, conversation, text, error
+):
+    response = send(owner_client, conversation, text, headers=HTMX)
+    html = response.content.decode()
+    assert response.status_code == 422
+    assert error in html
+    assert text.strip()[:50] in html  # the user's input comes back in the composer
+    assert Message.objects.count() == 0
+
+
+def test_a_post_without_client_id_is_refused_clearly(owner_client, conversation):
+    response = owner_client.post(
+        reverse("chat:message_send", args=[conversation.pk]), {"text": "hi"}, headers=HTMX
+    )
+    assert response.status_code == 422
+    assert "reload the page" in response.content.decode()
+    assert Message.objects.count() == 0
+
+
+def test_new_conversation_is_created_once_and_redirects_to_it(owner_client, user):
+    client_id = str(uuid.uuid4())
+    url = reverse("chat:conversation_new")
+    first = owner_client.post(url, {"text": "Plan a garden", "client_id": client_id}, headers=HTMX)
+    again = owner_client.post(url, {"text": "Plan a garden", "client_id": client_id}, headers=HTMX)
+    conversation = Conversation.objects.get(owner=user)
+    target = reverse("chat:conversation", args=[conversation.pk])
+    assert first["HX-Redirect"] == again["HX-Redirect"] == target
+    assert conversation.title == "Plan a garden"
+    assert conversation.messages.count() == 1
+
+
+def test_new_conversation_with_empty_text_keeps_the_user_on_the_page(owner_client):
+    response = owner_client.post(
+        reverse("chat:conversation_new"), {"text": "", "client_id": str(uuid.uuid4())}
+    )
+    assert response.status_code == 422
+    assert "Type a message before sending." in response.content.decode()
+    assert Conversation.objects.count() == 0
+
+
+def test_missing_csrf_token_is_refused(conversation):
+    from django.test import Client
+
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(conversation.owner)
+    response = send(client, conversation, "hello")
+    assert response.status_code == 403
+    assert Message.objects.count() == 0
+
+
+def test_signup_logs_the_new_user_in(client):
+    response = client.post(
+        reverse("signup"),
+        {
+            "username": "newcomer",
+            "password1": "a-long-passphrase-42",
+            "password2": "a-long-passphrase-42",
+        },
+    )
+    assert response.status_code == 302
+    assert client.get(reverse("chat:home")).status_code == 200
+
+
+def test_login_and_logout(client, user):
+    from tests.factories import PASSWORD
+
+    response = client.post(reverse("login"), {"username": user.username, "password": PASSWORD})
+    assert response.status_code == 302
+    assert client.get(reverse("chat:home")).status_code == 200
+    client.post(reverse("logout"))
+    assert client.get(reverse("chat:home")).status_code == 302

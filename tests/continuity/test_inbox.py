@@ -1,0 +1,85 @@
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from continuity.errors import InvalidMessage
+from continuity.inbox import conversation_start, message_accept, title_from_text
+from continuity.models import Conversation, Message
+from tests.factories import UserFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def test_accept_stores_a_queued_user_message_and_enqueues_on_commit(
+    conversation, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks() as callbacks:
+        message = message_accept(
+            conversation=conversation, text="  Hello  ", client_id=uuid.uuid4()
+        )
+
+    message.refresh_from_db()
+    assert (message.role, message.state, message.text, message.attempts) == (
+        "user",
+        "queued",
+        "Hello",
+        0,
+    )
+    assert len(callbacks) == 2  # the drain task and the live update, both after commit
+    conversation.refresh_from_db()
+    assert conversation.enqueued_at is not None
+
+
+def test_resubmit_with_the_same_client_id_returns_the_same_message(conversation):
+    client_id = uuid.uuid4()
+    first = message_accept(conversation=conversation, text="once", client_id=client_id)
+    again = message_accept(conversation=conversation, text="once", client_id=client_id)
+    assert again.pk == first.pk
+    assert Message.objects.count() == 1
+
+
+def test_the_same_client_id_in_another_conversation_is_a_new_message(conversation):
+    client_id = uuid.uuid4()
+    other = Conversation.objects.create(owner=conversation.owner)
+    message_accept(conversation=conversation, text="a", client_id=client_id)
+    message_accept(conversation=other, text="a", client_id=client_id)
+    assert Message.objects.count() == 2
+
+
+@pytest.mark.parametrize("text", ["", "   ", "\n\t"])
+def test_empty_text_is_refused_and_nothing_is_stored(conversation, text):
+    with pytest.raises(InvalidMessage, match="Type a message"):
+        message_accept(conversation=conversation, text=text, client_id=uuid.uuid4())
+    assert Message.objects.count() == 0
+
+
+def test_text_over_the_limit_is_refused_with_its_length(conversation, settings):
+    settings.CONTINUITY_MAX_MESSAGE_CHARS = 10
+    with pytest.raises(InvalidMessage, match="11 characters long; the limit is 10"):
+        message_accept(conversation=conversation, text="x" * 11, client_id=uuid.uuid4())
+    assert Message.objects.count() == 0
+
+
+def test_messages_are_numbered_in_the_order_they_were_accepted(conversation):
+    ids = [
+        message_accept(conversation=conversation, text=f"m{i}", client_id=uuid.uuid4()).pk
+        for i in range(5)
+    ]
+    assert ids == sorted(ids)
+
+
+def test_conversation_start_is_idempotent_and_titles_from_the_first_message():
+    owner = UserFactory()
+    client_id = uuid.uuid4()
+    first = conversation_start(owner=owner, text="Plan my   trip to Lisbon", client_id=client_id)
+    again = conversation_start(owner=owner, text="Plan my trip to Lisbon", client_id=client_id)
+    assert again.pk == first.pk
+    assert first.title == "Plan my trip to Lisbon"
+    assert list(first.messages.values_list("text", flat=True)) == ["Plan my   trip to Lisbon"]
+
+
+def test_long_titles_are_shortened_with_an_ellipsis():
+    title = title_from_text("word " * 40)
+    assert len(title) == 60 and title.endswith("…")

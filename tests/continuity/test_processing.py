@@ -1,0 +1,116 @@
+"""The drain, called directly (no Celery): steps, checkpoints, ordering and the unique reply."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from django.db import IntegrityError
+from django.utils import timezone
+
+from continuity.inbox import message_accept
+from continuity.models import Checkpoint, Message, ReplyChunk, Run
+from continuity.processing import drain_conversation
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def send(conversation, text: str) -> Message:
+    return message_accept(conversation=conversation, text=text, client_id=uuid.uuid4())
+
+
+def reply_of(message: Message) -> str:
+    return Message.objects.get(reply_to=message).text
+
+
+def test_drain_answers_the_message_and_records_every_step(conversation):
+    message = send(conversation, "My name is Ada")
+    drain_conversation(conversation_id=conversation.pk)
+
+    message.refresh_from_db()
+    assert (message.state, message.attempts) == ("done", 1)
+    assert "Ada" in reply_of(message)
+    run = Run.objects.get(message=message)
+    assert (run.state, run.attempt, run.ended_at is not None) == ("completed", 1, True)
+    assert list(Checkpoint.objects.filter(message=message).values_list("step", flat=True)) == [
+        "context",
+        "plan",
+        "respond",
+        "remember",
+    ]
+    streamed = "".join(ReplyChunk.objects.filter(run=run).values_list("text", flat=True))
+    assert streamed == reply_of(message)
+
+
+def test_a_second_drain_of_a_finished_message_adds_nothing(conversation):
+    message = send(conversation, "hello")
+    drain_conversation(conversation_id=conversation.pk)
+    drain_conversation(conversation_id=conversation.pk)
+    assert Message.objects.filter(reply_to=message).count() == 1
+    assert Run.objects.count() == 1
+
+
+def test_messages_are_answered_one_per_drain_in_order(conversation):
+    sent = [send(conversation, f"note number {i}") for i in range(3)]
+    for _ in sent:
+        drain_conversation(conversation_id=conversation.pk)
+    replies = Message.objects.filter(role="assistant").order_by("id")
+    assert [reply.reply_to_id for reply in replies] == [m.pk for m in sent]
+
+
+def test_the_database_refuses_a_second_reply_to_one_message(conversation):
+    message = send(conversation, "hello")
+    drain_conversation(conversation_id=conversation.pk)
+    with pytest.raises(IntegrityError):
+        Message.objects.create(
+            conversation=conversation, role="assistant", text="again", reply_to=message
+        )
+
+
+def test_a_live_attempt_holds_the_conversation(conversation):
+    message = send(conversation, "hello")
+    Run.objects.create(
+        conversation=conversation, message=message, attempt=1, heartbeat_at=timezone.now()
+    )
+    drain_conversation(conversation_id=conversation.pk)
+    message.refresh_from_db()
+    assert (message.state, Run.objects.count()) == ("queued", 1)
+
+
+def test_a_re_executed_attempt_reuses_stored_step_outputs(conversation):
+    message = send(conversation, "hello there")
+    earlier = Run.objects.create(
+        conversation=conversation,
+        message=message,
+        attempt=1,
+        state="crashed",
+        heartbeat_at=timezone.now(),
+    )
+    Checkpoint.objects.create(message=message, run=earlier, step="context", output={"history": []})
+    Checkpoint.objects.create(
+        message=message, run=earlier, step="plan", output={"intent": "help", "facts": {}}
+    )
+    drain_conversation(conversation_id=conversation.pk)
+    # The stored plan says "help", although a fresh plan for "hello there" would greet.
+    assert "I'm the built-in assistant" in reply_of(message)
+    assert Checkpoint.objects.get(message=message, step="plan").run == earlier
+
+
+def test_the_agent_recalls_facts_from_earlier_turns(conversation):
+    send(conversation, "Hi, my name is Grace and my goal is to ship the compiler")
+    question = send(conversation, "What's my name?")
+    goal = send(conversation, "what is my goal?")
+    for _ in range(3):
+        drain_conversation(conversation_id=conversation.pk)
+    assert reply_of(question) == "Your name is **Grace**."
+    assert "ship the compiler" in reply_of(goal)
+
+
+def test_where_were_we_recaps_the_conversation(conversation):
+    send(conversation, "I want to learn Rust")
+    send(conversation, "Ownership is confusing")
+    recap = send(conversation, "Where were we?")
+    for _ in range(3):
+        drain_conversation(conversation_id=conversation.pk)
+    text = reply_of(recap)
+    assert "Ownership is confusing" in text and "learn Rust" in text

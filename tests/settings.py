@@ -1,0 +1,16 @@
+"""Settings for the test suite and for the worker, watchdog and web processes it starts."""
+
+import os
+
+from tests.redis_server import session_redis_url
+
+os.environ.setdefault("SECRET_KEY", "test-suite-only")
+os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/continuity")
+os.environ["REDIS_URL"] = session_redis_url()
+os.environ.setdefault("CONTINUITY_BUILTIN_TOKEN_DELAY", "0")
+
+from continuity.settings import *  # noqa: E402, F403
+
+CONTINUITY_FAULT_INJECTION = True
+CONTINUITY_BRAINS = {**CONTINUITY_BRAINS, "faulty": "tests.brains.FaultyBrain"}  # noqa: F405
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
