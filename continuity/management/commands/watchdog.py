@@ -3,18 +3,20 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+import time
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections
 
 from continuity.recovery import watchdog_tick
+from continuity.retention import working_state_prune
 
 logger = logging.getLogger("continuity.watchdog")
 
 
 class Command(BaseCommand):
-    help = "Reap crashed attempts and re-enqueue stalled conversations, every few seconds."
+    help = "Reap crashed attempts, re-enqueue stalled conversations and prune old working state."
 
     def add_arguments(self, parser):
         parser.add_argument(
@@ -33,18 +35,22 @@ class Command(BaseCommand):
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())
         logger.info("Watchdog started (every %ss)", interval)
+        pruned_at = -float("inf")
         while not stop.is_set():
-            sweep()
+            guarded(watchdog_tick)
+            if time.monotonic() - pruned_at >= settings.CONTINUITY_PRUNE_EVERY_SECONDS:
+                guarded(working_state_prune)
+                pruned_at = time.monotonic()
             if once:
                 break
             stop.wait(interval)
         logger.info("Watchdog stopped")
 
 
-def sweep() -> None:
-    # The watchdog must outlive outages of the things it watches: log and try again next time.
+def guarded(job) -> None:
+    # The watchdog must outlive outages of what it watches: log, and try again next time.
     close_old_connections()
     try:
-        watchdog_tick()
+        job()
     except Exception:
-        logger.exception("Watchdog sweep failed")
+        logger.exception("Watchdog job %s failed", job.__name__)
