@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import signal
 
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.factories import PASSWORD, UserFactory
-from tests.processes import ARTIFACTS, WebProcess, WorkerProcess, process_env
+from chat.brains.builtin import BuiltinBrain
+from continuity.brains import Context
+from continuity.models import Message
+from tests.factories import PASSWORD, ConversationFactory, UserFactory
+from tests.processes import ARTIFACTS, WatchdogProcess, WebProcess, WorkerProcess, process_id
+from tests.waiting import wait_for, wait_streaming
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -36,9 +42,8 @@ def browser_type_launch_args(browser_type_launch_args):
 @pytest.fixture
 def site(processes):
     # Slow enough tokens that a person (and this test) can watch the reply stream in.
-    env = process_env(CONTINUITY_BUILTIN_TOKEN_DELAY="0.06")
-    processes.add(WorkerProcess(env=env))
-    return processes.add(WebProcess(env=env))
+    processes.add(WorkerProcess(CONTINUITY_BUILTIN_TOKEN_DELAY="0.06"))
+    return processes.add(WebProcess())
 
 
 def log_in(page: Page, site: WebProcess, username: str) -> None:
@@ -93,3 +98,71 @@ def test_chat_streams_replies_and_survives_a_reload(page: Page, site):
     )
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=ARTIFACTS / "browser-chat.png", full_page=True)
+
+
+# Records every text the streaming bubbles show, from the first paint of each page.
+RECORD_STREAMED_TEXT = """
+window.__streamed = [];
+new MutationObserver(() => {
+  document.querySelectorAll("[data-streaming] .streamed").forEach((el) => {
+    window.__streamed.push([el.closest("[data-streaming]").dataset.run, el.textContent]);
+  });
+}).observe(document, {childList: true, subtree: true, characterData: true});
+"""
+
+
+def builtin_reply(text: str) -> str:
+    brain = BuiltinBrain()
+    context = Context(owner_id=0, conversation_id=0, message_id=0, attempt=1, text=text)
+    return brain.reply_text(context, brain.plan(context))
+
+
+def test_a_crash_and_a_web_restart_mid_reply_leave_one_clean_reply(page: Page, processes):
+    worker = processes.add(WorkerProcess(CONTINUITY_BUILTIN_TOKEN_DELAY="0.08"))
+    processes.add(WatchdogProcess())
+    web = processes.add(WebProcess())
+    user = UserFactory()
+    conversation = ConversationFactory(owner=user)
+    text = "Hi, my name is Ada, my goal is to finish the migration, and I like tea."
+    expected = builtin_reply(text)
+
+    log_in(page, web, user.username)
+    page.add_init_script(RECORD_STREAMED_TEXT)
+    page.goto(f"{web.url}/c/{conversation.pk}/")
+    expect(page.locator("[data-live-indicator]")).to_have_text("live")
+    page.get_by_label("Message").fill(text)
+    page.get_by_label("Message").press("Enter")
+
+    message = wait_for(
+        lambda: Message.objects.filter(conversation=conversation).first(),
+        timeout=10,
+        what="the message",
+    )
+    crashed = wait_streaming(message)
+    expect(page.locator("[data-streaming] .streamed")).not_to_be_empty()
+    assert process_id(crashed) in worker.children()
+    os.kill(process_id(crashed), signal.SIGKILL)
+
+    retry = wait_for(
+        lambda: message.runs.exclude(pk=crashed.pk).filter(reply_chunks__isnull=False).first(),
+        timeout=30,
+        what="the second attempt streaming",
+    )
+    expect(page.locator(f'[data-streaming][data-run="{retry.pk}"]')).to_be_visible()
+    web.kill_all()  # the web tier dies mid-reply and comes back on the same address
+    processes.add(WebProcess(port=web.port))
+
+    expect(page.locator("[data-live-indicator]")).to_have_text("live", timeout=15_000)
+    reply = page.locator(".bubble.assistant.markdown")
+    expect(reply).to_contain_text("Noted that you like tea.", timeout=30_000)
+    expect(reply).to_have_count(1)
+    assert reply.inner_text().count("Nice to meet you") == 1
+    assert Message.objects.get(reply_to=message).text == expected
+
+    shown = page.evaluate("window.__streamed")
+    runs_shown = {run for run, _ in shown}
+    assert {str(crashed.pk), str(retry.pk)} <= runs_shown
+    # Every partial reply the person saw was the start of the real reply: nothing doubled,
+    # nothing from the crashed attempt glued to the retry.
+    assert all(expected.startswith(streamed) for _, streamed in shown), shown[-5:]
+    page.screenshot(path=ARTIFACTS / "browser-recovered.png", full_page=True)

@@ -4,6 +4,8 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from continuity.models import ReplyChunk, Run
+
 T = TypeVar("T")
 
 
@@ -17,3 +19,18 @@ def wait_for(condition: Callable[[], T], *, timeout: float, what: str, every: fl
         if time.monotonic() > deadline:
             raise AssertionError(f"Timed out after {timeout:g}s waiting for {what}")
         time.sleep(every)
+
+
+def wait_streaming(message) -> Run:
+    """The live attempt of `message`, once part of its reply is stored (so it is mid-reply)."""
+    chunk = wait_for(
+        lambda: (
+            ReplyChunk.objects.filter(message=message, run__state="running")
+            .select_related("run")
+            .first()
+        ),
+        timeout=30,
+        what=f"message {message.pk} to be mid-reply",
+        every=0.02,
+    )
+    return chunk.run

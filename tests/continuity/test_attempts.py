@@ -1,0 +1,164 @@
+"""Ending attempts: backoff, dead-lettering, the crash-loop breaker and planned interruptions."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from continuity.attempts import attempt_begin, attempt_end, backoff_delay
+from continuity.conversations import conversation_resume
+from continuity.errors import InvalidTransition
+from continuity.inbox import message_accept
+from continuity.models import Alert, Conversation, CrashRecord, DeadLetter, Message, Run
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def clocks(settings):
+    settings.CONTINUITY_MAX_ATTEMPTS = 3
+    settings.CONTINUITY_PAUSE_AFTER_CRASHES = 3
+    settings.CONTINUITY_CRASH_BACKOFF_SECONDS = [5, 30, 120, 600]
+
+
+def begin(conversation) -> Run:
+    Conversation.objects.filter(pk=conversation.pk).update(retry_at=None)
+    run = attempt_begin(conversation_id=conversation.pk)
+    assert run is not None
+    return run
+
+
+def crash(run: Run) -> None:
+    assert attempt_end(run_id=run.pk, state="crashed", error="boom", detected_by="watchdog")
+
+
+def send(conversation, text="hello") -> Message:
+    return message_accept(conversation=conversation, text=text, client_id=uuid.uuid4())
+
+
+@pytest.mark.parametrize(("failures", "seconds"), [(1, 5), (2, 30), (3, 120), (4, 600), (9, 600)])
+def test_backoff_grows_then_stays_at_its_last_step(failures, seconds):
+    assert backoff_delay(failures) == timedelta(seconds=seconds)
+
+
+def test_begin_commits_the_attempt_before_any_work(conversation):
+    message = send(conversation)
+    run = begin(conversation)
+    message.refresh_from_db()
+    assert (message.state, message.attempts, run.attempt, run.state) == (
+        "processing",
+        1,
+        1,
+        "running",
+    )
+
+
+def test_a_crash_records_it_requeues_the_message_and_backs_off(conversation):
+    message = send(conversation)
+    crash(begin(conversation))
+    message.refresh_from_db()
+    conversation.refresh_from_db()
+    assert message.state == "queued"
+    assert CrashRecord.objects.filter(message=message).count() == 1
+    assert conversation.retry_at - timezone.now() == pytest.approx(
+        timedelta(seconds=5), abs=timedelta(seconds=2)
+    )
+    assert attempt_begin(conversation_id=conversation.pk) is None  # still backing off
+
+
+def test_ending_an_attempt_twice_changes_nothing(conversation):
+    send(conversation)
+    run = begin(conversation)
+    crash(run)
+    assert not attempt_end(run_id=run.pk, state="failed", error="late")
+    assert Run.objects.get(pk=run.pk).state == "crashed"
+
+
+def test_the_last_allowed_attempt_dead_letters_instead_of_pausing(conversation):
+    message = send(conversation)
+    for _ in range(3):
+        crash(begin(conversation))
+    message.refresh_from_db()
+    conversation.refresh_from_db()
+    assert message.state == "dead"
+    assert conversation.state == "active" and conversation.retry_at is None
+    dead_letter = DeadLetter.objects.get(message=message)
+    assert "Gave up after 3 attempts" in dead_letter.reason
+    assert len(dead_letter.attempts) == 3
+    assert not CrashRecord.objects.filter(resolved_at=None).exists()
+
+
+def test_a_permanent_failure_dead_letters_at_once(conversation):
+    message = send(conversation)
+    run = begin(conversation)
+    attempt_end(run_id=run.pk, state="failed", error="ValueError: never", permanent=True)
+    message.refresh_from_db()
+    assert (message.state, message.attempts) == ("dead", 1)
+
+
+def test_three_crashes_of_different_messages_pause_the_conversation(
+    conversation, mailoutbox, settings, django_capture_on_commit_callbacks
+):
+    settings.ADMINS = [("Ops", "ops@example.org")]
+    messages = [send(conversation, f"m{i}") for i in range(3)]
+    for message in messages:
+        run = begin(conversation)
+        assert run.message_id == message.pk
+        with django_capture_on_commit_callbacks(execute=True):
+            crash(run)
+        if message != messages[-1]:  # answered on its retry, so the next message crashes
+            Message.objects.filter(pk=message.pk).update(state="done")
+    conversation.refresh_from_db()
+    assert conversation.state == "paused"
+    assert "3 crashes" in conversation.paused_reason
+    assert Alert.objects.get(conversation=conversation).kind == "conversation_paused"
+    assert [mail.subject for mail in mailoutbox] == ["[Django] Conversation paused"]
+    assert Message.objects.get(pk=messages[-1].pk).state == "queued"
+    assert attempt_begin(conversation_id=conversation.pk) is None  # paused: nothing starts
+
+
+def test_resume_clears_the_crash_count_and_processing_starts_again(conversation):
+    send(conversation)
+    for _ in range(2):
+        crash(begin(conversation))
+    Conversation.objects.filter(pk=conversation.pk).update(state="paused")
+    conversation_resume(conversation=conversation)
+    conversation.refresh_from_db()
+    assert conversation.state == "active"
+    assert not CrashRecord.objects.filter(resolved_at=None).exists()
+    assert attempt_begin(conversation_id=conversation.pk) is not None
+    with pytest.raises(InvalidTransition, match="is not paused"):
+        conversation_resume(conversation=conversation)
+
+
+def test_crashes_outside_the_window_do_not_count(conversation, settings):
+    settings.CONTINUITY_MAX_ATTEMPTS = 10
+    send(conversation)
+    for _ in range(2):
+        crash(begin(conversation))
+    CrashRecord.objects.update(detected_at=timezone.now() - timedelta(hours=2))
+    crash(begin(conversation))
+    conversation.refresh_from_db()
+    assert conversation.state == "active"
+
+
+def test_a_planned_interruption_gives_the_attempt_back(conversation):
+    message = send(conversation)
+    run = begin(conversation)
+    attempt_end(run_id=run.pk, state="interrupted", error="Planned shutdown")
+    message.refresh_from_db()
+    conversation.refresh_from_db()
+    assert (message.state, message.attempts) == ("queued", 0)
+    assert conversation.retry_at is None and not CrashRecord.objects.exists()
+    assert begin(conversation).attempt == 1
+
+
+def test_only_one_attempt_holds_a_conversation(conversation):
+    send(conversation, "first")
+    send(conversation, "second")
+    begin(conversation)
+    assert attempt_begin(conversation_id=conversation.pk) is None
+    assert Run.objects.filter(state="running").count() == 1

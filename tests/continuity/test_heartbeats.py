@@ -1,0 +1,67 @@
+"""Heartbeats keep an attempt alive; once someone else ends the run, the attempt is fenced off."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from django.utils import timezone
+
+from continuity.attempts import attempt_begin, attempt_end, attempt_finish
+from continuity.errors import AttemptStopped
+from continuity.heartbeats import RunHeartbeat, keys_alive, run_is_stale, run_key
+from continuity.inbox import message_accept
+from continuity.models import Checkpoint, Message, Run
+from continuity.processing import step
+from tests.waiting import wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def run(conversation, settings) -> Run:
+    settings.CONTINUITY_HEARTBEAT_SECONDS = 0.1
+    message_accept(conversation=conversation, text="hello", client_id=uuid.uuid4())
+    return attempt_begin(conversation_id=conversation.pk)
+
+
+def test_a_live_attempt_refreshes_its_row_and_its_redis_key(run):
+    before = run.heartbeat_at
+    with RunHeartbeat(run.pk) as heartbeat:
+        wait_for(
+            lambda: Run.objects.get(pk=run.pk).heartbeat_at > before,
+            timeout=5,
+            what="a heartbeat on the row",
+        )
+        assert keys_alive([run_key(run.pk)]) == {run_key(run.pk)}
+        assert not heartbeat.stopped.is_set()
+    assert keys_alive([run_key(run.pk)]) == set()  # a finished attempt leaves no key behind
+
+
+def test_a_heartbeat_that_finds_its_run_ended_stops_the_attempt(run):
+    with RunHeartbeat(run.pk) as heartbeat:
+        attempt_end(run_id=run.pk, state="crashed", error="reaped", detected_by="watchdog")
+        wait_for(heartbeat.stopped.is_set, timeout=5, what="the fenced attempt to be told")
+
+
+def test_a_fenced_attempt_cannot_checkpoint_or_reply(run):
+    attempt_end(run_id=run.pk, state="crashed", error="reaped", detected_by="watchdog")
+    never = __import__("threading").Event()
+    with pytest.raises(AttemptStopped):
+        step(run, "plan", never, lambda: {"intent": "x"})
+    with pytest.raises(AttemptStopped):
+        attempt_finish(run=run, reply_text="too late")
+    assert not Checkpoint.objects.exists()
+    assert not Message.objects.filter(role="assistant").exists()
+
+
+def test_staleness_needs_an_old_row_and_no_redis_key(run):
+    now = timezone.now()
+    assert not run_is_stale(run, now)
+    Run.objects.filter(pk=run.pk).update(heartbeat_at=now - timezone.timedelta(seconds=5))
+    run.refresh_from_db()
+    assert run_is_stale(run, now)
+    with RunHeartbeat(run.pk):  # writes the key at once
+        Run.objects.filter(pk=run.pk).update(heartbeat_at=now - timezone.timedelta(seconds=5))
+        run.refresh_from_db()
+        assert not run_is_stale(run, now)

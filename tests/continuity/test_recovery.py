@@ -1,0 +1,124 @@
+"""The watchdog's sweeps, called directly."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.core.management import call_command
+from django.utils import timezone
+
+from continuity.attempts import attempt_begin
+from continuity.inbox import message_accept
+from continuity.models import Conversation, CrashRecord, Run
+from continuity.recovery import (
+    due_conversation_ids,
+    runs_interrupt,
+    stale_run_ids,
+    watchdog_tick,
+    worker_start_scan,
+)
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def clocks(settings):
+    settings.CONTINUITY_HEARTBEAT_SECONDS = 1
+    settings.CONTINUITY_REQUEUE_AFTER_SECONDS = 30
+
+
+def send(conversation):
+    return message_accept(conversation=conversation, text="hello", client_id=uuid.uuid4())
+
+
+def age(model, pk, **fields_seconds_ago):
+    now = timezone.now()
+    model.objects.filter(pk=pk).update(
+        **{name: now - timedelta(seconds=s) for name, s in fields_seconds_ago.items()}
+    )
+
+
+def test_a_run_with_an_old_heartbeat_and_no_key_is_stale(conversation):
+    send(conversation)
+    run = attempt_begin(conversation_id=conversation.pk)
+    assert stale_run_ids() == []
+    age(Run, run.pk, heartbeat_at=3)
+    assert stale_run_ids() == [run.pk]
+
+
+def test_the_watchdog_reaps_stale_runs(conversation):
+    send(conversation)
+    run = attempt_begin(conversation_id=conversation.pk)
+    age(Run, run.pk, heartbeat_at=3)
+    assert watchdog_tick()["reaped"] == 1
+    assert Run.objects.get(pk=run.pk).state == "crashed"
+    assert CrashRecord.objects.get().detected_by == "watchdog"
+
+
+def test_a_freshly_enqueued_conversation_is_not_sent_again(conversation):
+    send(conversation)
+    assert due_conversation_ids() == []
+
+
+def test_a_conversation_whose_enqueue_is_old_is_sent_again(conversation):
+    send(conversation)
+    age(Conversation, conversation.pk, enqueued_at=31)
+    assert due_conversation_ids() == [conversation.pk]
+    watchdog_tick()
+    assert due_conversation_ids() == []  # enqueued_at was refreshed
+
+
+def test_a_conversation_is_sent_again_once_its_backoff_ends(conversation):
+    send(conversation)
+    now = timezone.now()
+    Conversation.objects.filter(pk=conversation.pk).update(
+        retry_at=now + timedelta(seconds=5), enqueued_at=now - timedelta(seconds=1)
+    )
+    assert due_conversation_ids() == []  # still backing off
+    age(Conversation, conversation.pk, retry_at=1, enqueued_at=2)
+    assert due_conversation_ids() == [conversation.pk]
+
+
+@pytest.mark.parametrize("blocker", ["live run", "paused", "nothing pending"])
+def test_conversations_that_must_not_be_sent_again(conversation, blocker):
+    message = send(conversation)
+    age(Conversation, conversation.pk, enqueued_at=60)
+    if blocker == "live run":
+        attempt_begin(conversation_id=conversation.pk)
+        age(Conversation, conversation.pk, enqueued_at=60)
+    elif blocker == "paused":
+        Conversation.objects.filter(pk=conversation.pk).update(state="paused")
+    else:
+        message.state = "done"
+        message.save()
+    assert due_conversation_ids() == []
+
+
+def test_a_restarted_node_reaps_its_own_runs_without_waiting(conversation):
+    send(conversation)
+    run = attempt_begin(conversation_id=conversation.pk, node="w1@host")
+    assert worker_start_scan(node="w2@host")["reaped"] == 0
+    assert worker_start_scan(node="w1@host")["reaped"] == 1
+    assert CrashRecord.objects.get(run=run).detected_by == "worker_start"
+
+
+def test_a_planned_shutdown_interrupts_only_that_nodes_runs(conversation, user):
+    other = Conversation.objects.create(owner=user)
+    send(conversation)
+    send(other)
+    mine = attempt_begin(conversation_id=conversation.pk, node="w1@host")
+    theirs = attempt_begin(conversation_id=other.pk, node="w2@host")
+    assert runs_interrupt(node="w1@host") == 1
+    assert Run.objects.get(pk=mine.pk).state == "interrupted"
+    assert Run.objects.get(pk=theirs.pk).state == "running"
+
+
+@pytest.mark.django_db(transaction=True)  # the command manages its own connections
+def test_watchdog_command_runs_one_sweep(conversation):
+    send(conversation)
+    run = attempt_begin(conversation_id=conversation.pk)
+    age(Run, run.pk, heartbeat_at=3)
+    call_command("watchdog", "--once")
+    assert Run.objects.get(pk=run.pk).state == "crashed"

@@ -1,0 +1,337 @@
+"""The promise under faults, proven with real worker processes, real signals, PostgreSQL and Redis.
+
+Every test ends with `assert_promise_kept`: each accepted message is done or dead, no message has
+two replies, and replies come in order within each conversation.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+import uuid
+from itertools import pairwise
+
+import pytest
+import redis
+from django.conf import settings
+
+from continuity.conversations import conversation_resume
+from continuity.inbox import message_accept
+from continuity.models import Alert, Conversation, CrashRecord, DeadLetter, Message, Run
+from tests.brains import KILL_ALWAYS, KILL_FIRST_ATTEMPT
+from tests.factories import ConversationFactory, UserFactory
+from tests.processes import WatchdogProcess, WorkerProcess, process_id
+from tests.redis_server import session_redis_server
+from tests.waiting import wait_for, wait_streaming
+
+pytestmark = [pytest.mark.fault, pytest.mark.django_db(transaction=True)]
+
+LONG_REPLY = "Hi, my name is Ada, my goal is to finish the migration, and I like tea."
+SLOW = {"CONTINUITY_BUILTIN_TOKEN_DELAY": "0.05"}  # replies take about two seconds
+FAULTY = {"CONTINUITY_BRAIN": "faulty"}
+
+
+def send(conversation: Conversation, text: str) -> Message:
+    return message_accept(conversation=conversation, text=text, client_id=uuid.uuid4())
+
+
+def conversations(count: int) -> list[Conversation]:
+    owner = UserFactory()
+    return [ConversationFactory(owner=owner) for _ in range(count)]
+
+
+def wait_finished(messages: list[Message], timeout: float = 60) -> None:
+    ids = [m.pk for m in messages]
+    wait_for(
+        lambda: not Message.objects.filter(pk__in=ids, state__in=Message.PENDING_STATES).exists(),
+        timeout=timeout,
+        what=f"messages {ids} to be done or dead",
+        every=0.1,
+    )
+
+
+def assert_promise_kept(messages: list[Message]) -> None:
+    ids = [m.pk for m in messages]
+    states = set(Message.objects.filter(pk__in=ids).values_list("state", flat=True))
+    assert states <= {"done", "dead"}, states
+    for message in Message.objects.filter(pk__in=ids, state="done"):
+        assert Message.objects.filter(reply_to=message).count() == 1
+    for message in Message.objects.filter(pk__in=ids, state="dead"):
+        assert not Message.objects.filter(reply_to=message).exists()
+    for conversation_id in {m.conversation_id for m in messages}:
+        answered = list(
+            Message.objects.filter(conversation_id=conversation_id, role="assistant")
+            .order_by("id")
+            .values_list("reply_to_id", flat=True)
+        )
+        assert all(before < after for before, after in pairwise(answered)), answered
+
+
+def run_states(message: Message) -> list[str]:
+    return list(message.runs.order_by("id").values_list("state", flat=True))
+
+
+def test_sigkill_of_the_worker_child_mid_reply(processes):
+    worker = processes.add(WorkerProcess(**SLOW))
+    processes.add(WatchdogProcess())
+    (conversation,) = conversations(1)
+    message = send(conversation, LONG_REPLY)
+
+    run = wait_streaming(message)
+    assert process_id(run) in worker.children()
+    os.kill(process_id(run), signal.SIGKILL)
+    wait_finished([message])
+
+    message.refresh_from_db()
+    assert message.state == "done" and message.attempts == 2
+    assert run_states(message) == ["crashed", "completed"]
+    assert CrashRecord.objects.get().run_id == run.pk
+    assert "Ada" in message.reply.text
+    assert_promise_kept([message])
+
+
+def test_sigkill_of_the_whole_worker_is_recovered_by_the_watchdog_not_the_broker(processes):
+    first = processes.add(WorkerProcess(**SLOW))
+    processes.add(WatchdogProcess())
+    (conversation,) = conversations(1)
+    message = send(conversation, LONG_REPLY)
+
+    run = wait_streaming(message)
+    first.kill_all()  # main process and its children, as when a host dies
+    processes.add(WorkerProcess(**SLOW))  # another node: nothing of the old one survives
+    wait_finished([message])
+
+    message.refresh_from_db()
+    final = message.runs.order_by("id").last()
+    recovery = (final.started_at - run.heartbeat_at).total_seconds()
+    visibility_timeout = settings.CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"]
+    assert recovery < visibility_timeout / 100, (recovery, visibility_timeout)
+    assert CrashRecord.objects.get(run=run).detected_by in {"watchdog", "worker_start"}
+    assert run_states(message) == ["crashed", "completed"]
+    assert_promise_kept([message])
+
+
+def test_a_restarted_node_reaps_its_previous_incarnation_at_start(processes):
+    node = f"phoenix-{os.getpid()}@testhost"
+    first = processes.add(WorkerProcess(node=node, **SLOW))
+    (conversation,) = conversations(1)
+    message = send(conversation, LONG_REPLY)
+
+    run = wait_streaming(message)
+    first.kill_all()
+    # This watchdog would call the attempt dead only after a minute: the reaping is the new
+    # incarnation's, and the watchdog merely re-enqueues once the backoff has passed.
+    processes.add(WatchdogProcess(CONTINUITY_HEARTBEAT_SECONDS="30"))
+    processes.add(WorkerProcess(node=node, **SLOW))
+    wait_finished([message])
+
+    assert CrashRecord.objects.get(run=run).detected_by == "worker_start"
+    assert run_states(message) == ["crashed", "completed"]
+    assert_promise_kept([message])
+
+
+def test_a_kill_after_the_reply_commit_but_before_the_ack_is_absorbed(processes, tmp_path):
+    marker = tmp_path / "fault-fired"
+    worker = processes.add(
+        WorkerProcess(
+            CONTINUITY_FAULT_KILL_AT="after_reply_committed",
+            CONTINUITY_FAULT_ONCE_FILE=str(marker),
+        )
+    )
+    processes.add(WatchdogProcess())
+    (conversation,) = conversations(1)
+    first = send(conversation, "My name is Grace")
+    wait_finished([first])
+    second = send(conversation, "What's my name?")
+    wait_finished([second])
+
+    assert marker.exists()
+    wait_for(
+        lambda: "exited prematurely: signal 9" in worker.log(),
+        timeout=10,
+        what="the worker to report its killed child",
+    )
+    assert [run_states(first), run_states(second)] == [["completed"], ["completed"]]
+    assert second.reply.text == "Your name is **Grace**."
+    assert_promise_kept([first, second])
+
+
+def test_sigterm_mid_reply_interrupts_and_the_next_worker_completes(processes):
+    worker = processes.add(WorkerProcess(**SLOW))
+    (conversation,) = conversations(1)
+    message = send(conversation, LONG_REPLY)
+
+    run = wait_streaming(message)
+    worker.signal(signal.SIGTERM)
+    worker.popen.wait(timeout=30)
+    run.refresh_from_db()
+    message.refresh_from_db()
+    assert run.state == "interrupted" and "Planned shutdown" in run.error
+    assert (message.state, message.attempts) == ("queued", 0)
+
+    processes.add(WorkerProcess(**SLOW))
+    wait_finished([message])
+    message.refresh_from_db()
+    assert run_states(message) == ["interrupted", "completed"]
+    assert message.attempts == 1
+    assert not CrashRecord.objects.exists()
+    assert_promise_kept([message])
+
+
+@pytest.mark.parametrize("loss", ["restart", "flushall"])
+def test_messages_queued_in_a_redis_that_loses_them_are_all_processed_once(processes, loss):
+    redis_server = session_redis_server()
+    broker = redis.Redis.from_url(redis_server.url)
+    broker.delete("celery")  # drains sent by earlier in-process tests
+    first, second = conversations(2)
+    messages = [
+        send(c, f"Remember that note {i} is safe") for i in range(3) for c in (first, second)
+    ]
+    assert broker.llen("celery") == len(messages)  # one drain task per accepted message
+    if loss == "restart":
+        redis_server.restart()
+    else:
+        broker.flushall()
+    assert broker.llen("celery") == 0
+
+    processes.add(WorkerProcess())
+    processes.add(WatchdogProcess())
+    wait_finished(messages)
+
+    assert set(
+        Message.objects.filter(pk__in=[m.pk for m in messages]).values_list("state", flat=True)
+    ) == {"done"}
+    assert Run.objects.count() == len(messages)
+    assert_promise_kept(messages)
+
+
+def test_redis_restart_while_workers_are_busy(processes):
+    processes.add(WorkerProcess(**SLOW))
+    processes.add(WatchdogProcess())
+    chats = conversations(3)
+    messages = [send(c, LONG_REPLY) for c in chats]
+    wait_streaming(messages[0])
+    session_redis_server().restart()
+    messages += [send(c, "What's my name?") for c in chats]
+    wait_finished(messages, timeout=90)
+
+    assert set(
+        Message.objects.filter(pk__in=[m.pk for m in messages]).values_list("state", flat=True)
+    ) == {"done"}
+    assert_promise_kept(messages)
+
+
+def test_a_poison_message_is_dead_lettered_and_isolated(processes):
+    processes.add(WorkerProcess(**FAULTY))
+    processes.add(WatchdogProcess())
+    poisoned, other = conversations(2)
+    poison = send(poisoned, f"{KILL_ALWAYS} {LONG_REPLY}")
+    after = send(poisoned, "My name is Bob")
+    elsewhere = send(other, "hello")
+    wait_finished([poison, after, elsewhere])
+
+    poison.refresh_from_db()
+    assert poison.state == "dead"
+    assert poison.attempts == settings.CONTINUITY_MAX_ATTEMPTS == 3
+    assert run_states(poison) == ["crashed"] * 3
+    dead_letter = DeadLetter.objects.get(message=poison)
+    assert dead_letter.payload["text"] == poison.text
+    assert [a["state"] for a in dead_letter.attempts] == ["crashed"] * 3
+    assert all(a["worker"] and a["started_at"] and a["error"] for a in dead_letter.attempts)
+    after.refresh_from_db()
+    elsewhere.refresh_from_db()
+    assert (after.state, elsewhere.state) == ("done", "done")
+    poisoned.refresh_from_db()
+    assert poisoned.state == "active"
+    assert_promise_kept([poison, after, elsewhere])
+
+
+def test_a_message_that_keeps_raising_is_retried_then_dead_lettered(processes):
+    processes.add(WorkerProcess(**FAULTY))
+    processes.add(WatchdogProcess())
+    (conversation,) = conversations(1)
+    failing = send(conversation, "[[raise]] please")
+    invalid = send(conversation, "[[invalid]] please")
+    fine = send(conversation, "hello")
+    wait_finished([failing, invalid, fine])
+
+    assert run_states(failing) == ["failed"] * 3
+    assert "RuntimeError: The brain tripped" in failing.runs.first().error
+    assert "Traceback" in failing.runs.first().traceback
+    assert run_states(invalid) == ["failed"]  # no retry can fix it: dead at once
+    assert DeadLetter.objects.filter(message__in=[failing, invalid]).count() == 2
+    fine.refresh_from_db()
+    assert fine.state == "done"
+    assert_promise_kept([failing, invalid, fine])
+
+
+def test_three_crashes_within_the_window_pause_the_conversation_until_resumed(processes):
+    worker = processes.add(WorkerProcess(**FAULTY))
+    watchdog = processes.add(WatchdogProcess())
+    (conversation,) = conversations(1)
+    crashing = [send(conversation, f"{KILL_FIRST_ATTEMPT} {LONG_REPLY} ({i})") for i in range(3)]
+
+    wait_for(
+        lambda: Conversation.objects.get(pk=conversation.pk).state == "paused",
+        timeout=60,
+        what="the conversation to be paused",
+    )
+    alert = Alert.objects.get(conversation=conversation)
+    assert "3 crashes" in alert.text
+    assert "paused" in worker.log() + watchdog.log()
+    crashing[2].refresh_from_db()
+    assert crashing[2].state == "queued"
+
+    # Paused: a new message is stored and its drain runs, but nothing is processed.
+    drained = worker.log().count("succeeded in")
+    later = send(conversation, "What's my name?")
+    wait_for(
+        lambda: worker.log().count("succeeded in") > drained,
+        timeout=10,
+        what="the drain of the paused conversation",
+    )
+    later.refresh_from_db()
+    assert later.state == "queued" and later.attempts == 0
+
+    conversation_resume(conversation=conversation)
+    wait_finished([*crashing, later])
+    assert run_states(crashing[2]) == ["crashed", "completed"]
+    later.refresh_from_db()
+    assert later.reply.text == "Your name is **Ada**."
+    assert_promise_kept([*crashing, later])
+
+
+def test_twenty_messages_over_four_conversations_with_random_child_kills(processes):
+    worker = processes.add(
+        WorkerProcess(
+            CONTINUITY_BUILTIN_TOKEN_DELAY="0.03",
+            CONTINUITY_MAX_ATTEMPTS="20",
+            CONTINUITY_PAUSE_AFTER_CRASHES="100",
+        )
+    )
+    processes.add(WatchdogProcess())
+    rng = random.Random(8)
+    chats = conversations(4)
+    messages = [send(chats[i % 4], f"{LONG_REPLY} Message {i}.") for i in range(20)]
+    ids = [m.pk for m in messages]
+
+    def busy_or_finished():
+        if not Message.objects.filter(pk__in=ids, state__in=Message.PENDING_STATES).exists():
+            return "finished"
+        return Run.objects.filter(state="running", reply_chunks__isnull=False).exists()
+
+    kills = 0
+    while kills < 6 and wait_for(busy_or_finished, timeout=60, what="work to disrupt") is True:
+        time.sleep(rng.uniform(0, 0.3))  # a random moment of the reply, not a wait for a result
+        children = worker.children()
+        if children:
+            os.kill(rng.choice(children), signal.SIGKILL)
+            kills += 1
+    wait_finished(messages, timeout=120)
+
+    assert kills == 6
+    assert 1 <= CrashRecord.objects.count() <= kills
+    assert set(Message.objects.filter(pk__in=ids).values_list("state", flat=True)) == {"done"}
+    assert_promise_kept(messages)
