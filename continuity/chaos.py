@@ -1,0 +1,157 @@
+"""Chaos runs: traffic against real workers while they are SIGKILLed, then an audit of the result.
+
+The audit (`chaos_audit`) reads only the database, so it judges any run, however it was made.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import signal
+import socket
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from itertools import pairwise
+from pathlib import Path
+
+from django.db.models import Count
+
+from .models import Message, Run
+from .processes import WorkerChild
+from .redis_server import RedisServer
+
+
+def chaos_audit(*, conversation_ids: list[int], sent: int) -> dict:
+    """What happened to the messages of these conversations: the promise, checked."""
+    users = Message.objects.filter(conversation_id__in=conversation_ids, role=Message.Role.USER)
+    states = dict(users.values_list("state").annotate(n=Count("pk")).values_list("state", "n"))
+    replies = Message.objects.filter(
+        conversation_id__in=conversation_ids, role=Message.Role.ASSISTANT
+    )
+    duplicates = sum(
+        n - 1
+        for n in replies.values("reply_to").annotate(n=Count("pk")).values_list("n", flat=True)
+        if n > 1
+    ) + sum(
+        n - 1
+        for n in users.values("conversation", "client_id")
+        .annotate(n=Count("pk"))
+        .values_list("n", flat=True)
+        if n > 1
+    )
+    done, dead = states.get(Message.State.DONE, 0), states.get(Message.State.DEAD, 0)
+    return {
+        "sent": sent,
+        "done": done,
+        "dead": dead,
+        "lost": sent - done - dead,
+        "duplicates": duplicates,
+        "out_of_order": out_of_order(replies),
+        "max_recovery_seconds": max_recovery_seconds(conversation_ids),
+    }
+
+
+def out_of_order(replies) -> int:
+    """Replies (in creation order) that answer an earlier message than the reply before them."""
+    answered: dict[int, list[int]] = defaultdict(list)
+    for conversation_id, reply_to_id in replies.order_by("id").values_list(
+        "conversation_id", "reply_to_id"
+    ):
+        answered[conversation_id].append(reply_to_id)
+    return sum(1 for ids in answered.values() for before, after in pairwise(ids) if after < before)
+
+
+def max_recovery_seconds(conversation_ids: list[int]) -> float:
+    """Longest time from an attempt's last sign of life to the start of the next attempt."""
+    runs = Run.objects.filter(conversation_id__in=conversation_ids).order_by("message_id", "id")
+    longest = 0.0
+    previous: Run | None = None
+    for run in runs.only("message_id", "state", "heartbeat_at", "started_at"):
+        if previous is not None and previous.message_id == run.message_id:
+            longest = max(longest, (run.started_at - previous.heartbeat_at).total_seconds())
+        previous = run
+    return round(longest, 2)
+
+
+@dataclass
+class Chaos:
+    """Keeps `workers` Celery workers running while killing their processes at random."""
+
+    env: dict[str, str]
+    log_dir: Path
+    workers: int = 2
+    concurrency: int = 2
+    kill_every: float = 3.0
+    rng: random.Random = field(default_factory=random.Random)
+    kills: dict[str, int] = field(default_factory=lambda: {"child": 0, "worker": 0})
+    running: list[WorkerChild] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def start(self) -> None:
+        for index in range(self.workers):
+            self.running.append(self.spawn(f"chaos{index}@{socket.gethostname()}"))
+        self._thread = threading.Thread(target=self.loop, name="chaos", daemon=True)
+        self._thread.start()
+
+    def spawn(self, node: str) -> WorkerChild:
+        log = self.log_dir / f"{node.split('@')[0]}.log"
+        worker = WorkerChild(node=node, concurrency=self.concurrency, env=self.env, log_path=log)
+        return worker.start()
+
+    def loop(self) -> None:
+        while not self._stop.wait(self.rng.expovariate(1 / self.kill_every)):
+            self.strike()
+
+    def strike(self) -> None:
+        index = self.rng.randrange(len(self.running))
+        worker = self.running[index]
+        children = worker.children()
+        if children and self.rng.random() < 0.75:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.rng.choice(children), signal.SIGKILL)
+            self.kills["child"] += 1
+        else:
+            worker.kill_all()
+            self.kills["worker"] += 1
+            # Same node name: its start-up scan reaps what the killed incarnation left.
+            self.running[index] = self.spawn(worker.node)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        for worker in self.running:
+            worker.stop()
+
+
+def wait_until(condition, *, timeout: float, every: float = 0.5) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(every)
+    return bool(condition())
+
+
+class RedisRestarts:
+    """Restarts a private Redis every `every` seconds (never when 0) until stopped."""
+
+    def __init__(self, server: RedisServer, every: float) -> None:
+        self.server, self.every, self.count = server, every, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self.loop, name="redis-restarts", daemon=True)
+
+    def loop(self) -> None:
+        while self.every > 0 and not self._stop.wait(self.every):
+            self.server.restart()
+            self.count += 1
+
+    def start(self) -> RedisRestarts:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()

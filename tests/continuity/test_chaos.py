@@ -1,0 +1,70 @@
+"""The chaos audit must be able to fail: it is checked here against hand-made histories."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from continuity.chaos import chaos_audit
+from continuity.models import Message, Run
+from tests.factories import ConversationFactory, MessageFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def answer(message: Message, **extra) -> Message:
+    message.state = "done"
+    message.save()
+    return Message.objects.create(
+        conversation=message.conversation, role="assistant", text="ok", reply_to=message, **extra
+    )
+
+
+def test_a_clean_history_passes(conversation):
+    for message in MessageFactory.create_batch(3, conversation=conversation):
+        answer(message)
+    audit = chaos_audit(conversation_ids=[conversation.pk], sent=3)
+    assert audit | {"max_recovery_seconds": 0} == {
+        "sent": 3, "done": 3, "dead": 0, "lost": 0, "duplicates": 0, "out_of_order": 0,
+        "max_recovery_seconds": 0,
+    }  # fmt: skip
+
+
+def test_lost_and_dead_messages_are_counted(conversation):
+    answer(MessageFactory(conversation=conversation))
+    MessageFactory(conversation=conversation, state="dead")
+    MessageFactory(conversation=conversation, state="queued")
+    audit = chaos_audit(conversation_ids=[conversation.pk], sent=4)
+    assert (audit["done"], audit["dead"], audit["lost"]) == (1, 1, 2)
+
+
+def test_replies_in_the_wrong_order_are_counted(conversation):
+    first, second = MessageFactory.create_batch(2, conversation=conversation)
+    answer(second)
+    answer(first)
+    assert chaos_audit(conversation_ids=[conversation.pk], sent=2)["out_of_order"] == 1
+
+
+def test_recovery_time_runs_from_the_last_heartbeat_to_the_next_attempt(conversation):
+    message = MessageFactory(conversation=conversation)
+    crashed = Run.objects.create(
+        conversation=conversation, message=message, attempt=1, state="crashed",
+        heartbeat_at=timezone.now() - timedelta(seconds=12),
+    )  # fmt: skip
+    Run.objects.create(
+        conversation=conversation, message=message, attempt=2, state="completed",
+        heartbeat_at=timezone.now(),
+    )  # fmt: skip
+    answer(message)
+    audit = chaos_audit(conversation_ids=[conversation.pk], sent=1)
+    assert audit["max_recovery_seconds"] == pytest.approx(12, abs=1)
+    assert crashed.pk
+
+
+def test_other_conversations_are_not_audited():
+    mine, theirs = ConversationFactory(), ConversationFactory()
+    MessageFactory(conversation=theirs, state="queued")
+    answer(MessageFactory(conversation=mine))
+    assert chaos_audit(conversation_ids=[mine.pk], sent=1)["lost"] == 0
