@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import time
 from collections.abc import Iterator
 
 from django.conf import settings
@@ -17,6 +19,8 @@ KILL_ALWAYS = "[[kill-worker]]"  # SIGKILLs its own process mid-reply, on every 
 KILL_FIRST_ATTEMPT = "[[kill-once]]"  # SIGKILLs its own process mid-reply, on attempt 1 only
 RAISE = "[[raise]]"  # a Python exception on every attempt
 INVALID = "[[invalid]]"  # an error no retry can fix
+SLEEP = "[[sleep]]"  # sleeps far longer than the soft time limit
+HANG = "[[hang]]"  # hangs and swallows the soft time limit: only the hard limit ends it
 
 
 class FaultyBrain(BuiltinBrain):
@@ -38,4 +42,15 @@ class FaultyBrain(BuiltinBrain):
                     os.kill(os.getpid(), signal.SIGKILL)
                 if RAISE in context.text:
                     raise RuntimeError("The brain tripped over this message.")
+                if SLEEP in context.text:
+                    time.sleep(3600)
+                if HANG in context.text:
+                    hang_forever()
             yield token
+
+
+def hang_forever() -> None:
+    """A hung call that swallows even the soft time limit's exception."""
+    while True:
+        with contextlib.suppress(BaseException):
+            time.sleep(3600)

@@ -20,7 +20,8 @@ from django.conf import settings
 from continuity.conversations import conversation_resume
 from continuity.inbox import message_accept
 from continuity.models import Alert, Conversation, CrashRecord, DeadLetter, Message, Run
-from tests.brains import KILL_ALWAYS, KILL_FIRST_ATTEMPT
+from continuity.tasks import drain_conversation as drain_conversation_task
+from tests.brains import HANG, KILL_ALWAYS, KILL_FIRST_ATTEMPT, SLEEP
 from tests.factories import ConversationFactory, UserFactory
 from tests.processes import WatchdogProcess, WorkerProcess, process_id
 from tests.redis_server import session_redis_server
@@ -265,6 +266,29 @@ def test_a_message_that_keeps_raising_is_retried_then_dead_lettered(processes):
     fine.refresh_from_db()
     assert fine.state == "done"
     assert_promise_kept([failing, invalid, fine])
+
+
+def test_hung_attempts_are_ended_by_the_time_limits(processes, monkeypatch):
+    limits = {"CELERY_TASK_SOFT_TIME_LIMIT": "1", "CELERY_TASK_TIME_LIMIT": "2"}
+    # Celery puts the sender's limits into each task message, so this process sends them too.
+    monkeypatch.setattr(drain_conversation_task, "soft_time_limit", 1)
+    monkeypatch.setattr(drain_conversation_task, "time_limit", 2)
+    processes.add(WorkerProcess(**limits, **FAULTY))
+    processes.add(WatchdogProcess(**limits))
+    slow_chat, hung_chat = conversations(2)
+    slow = send(slow_chat, f"{SLEEP} please")
+    hung = send(hung_chat, f"{HANG} please")
+    after = send(hung_chat, "hello")
+    wait_finished([slow, hung, after], timeout=90)
+
+    # The soft limit raises inside the attempt: a failure, retried, then dead-lettered.
+    assert run_states(slow) == ["failed"] * 3
+    assert "SoftTimeLimitExceeded" in slow.runs.first().error
+    # An attempt that swallows it is killed by the hard limit; its heartbeat stops: a crash.
+    assert run_states(hung) == ["crashed"] * 3
+    assert Message.objects.get(pk=hung.pk).state == "dead"
+    assert Message.objects.get(pk=after.pk).state == "done"
+    assert_promise_kept([slow, hung, after])
 
 
 def test_three_crashes_within_the_window_pause_the_conversation_until_resumed(processes):
