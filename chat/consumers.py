@@ -14,10 +14,10 @@ from django.template.loader import render_to_string
 
 from continuity.events import conversation_group
 from continuity.models import Conversation
-from continuity.selectors import exchanges_of
+from continuity.selectors import exchanges_of, newest_message_id
 
 PAGE = "chat/conversation.html"
-MAX_SYNC_IDS = 500
+MAX_SYNC_IDS = 2000
 
 
 class ConversationConsumer(AsyncJsonWebsocketConsumer):
@@ -56,11 +56,12 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
             )
             return
         after, pending = sync
-        await self.send_json({"type": "exchanges", "html": await self.render(after, pending)})
+        up_to, html = await self.render(after, pending)
+        await self.send_json({"type": "exchanges", "html": html, "up_to": up_to})
         await self.send_json({"type": "status", "html": await self.render_status()})
 
     async def message_changed(self, event: dict) -> None:
-        html = await self.render(None, [event["message_id"]])
+        _, html = await self.render(None, [event["message_id"]])
         await self.send_json({"type": "exchanges", "html": html})
 
     async def conversation_changed(self, event: dict) -> None:
@@ -76,16 +77,20 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
         return Conversation.objects.filter(owner=user, pk=conversation_id).first()
 
     @database_sync_to_async
-    def render(self, after: int | None, message_ids: list[int]) -> str:
+    def render(self, after: int | None, message_ids: list[int]) -> tuple[int, str]:
+        """The newest message id at the start (the browser has everything up to it once it has
+        this rendering), and the exchanges asked for plus every one after `after`."""
+        up_to = newest_message_id(self.conversation)
         wanted = set(message_ids)
         if after is not None:
             wanted |= set(
                 self.conversation.messages.filter(pk__gt=after).values_list("pk", flat=True)
             )
-        return "".join(
+        html = "".join(
             render_to_string(f"{PAGE}#exchange", {"exchange": exchange})
             for exchange in exchanges_of(self.conversation, message_ids=wanted)
         )
+        return up_to, html
 
     @database_sync_to_async
     def render_status(self) -> str:

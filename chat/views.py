@@ -10,7 +10,7 @@ from django_htmx.http import HttpResponseClientRedirect
 
 from continuity.inbox import conversation_start, message_accept
 from continuity.models import Conversation
-from continuity.selectors import conversations_of, exchanges_of
+from continuity.selectors import conversations_of, exchanges_of, newest_message_id
 
 from .forms import MessageForm, SignupForm
 
@@ -18,12 +18,16 @@ PAGE = "chat/conversation.html"
 
 
 def page_context(request: HttpRequest, conversation: Conversation | None, form: MessageForm):
-    return {
+    context = {
         "conversation": conversation,
         "conversations": conversations_of(request.user),
-        "exchanges": exchanges_of(conversation) if conversation else [],
         "form": form,
     }
+    if conversation is not None:
+        # Read before the exchanges: the page then holds at least everything up to this id.
+        context["synced_up_to"] = newest_message_id(conversation)
+        context["exchanges"] = exchanges_of(conversation)
+    return context
 
 
 def composer_invalid(request: HttpRequest, conversation: Conversation | None, form: MessageForm):

@@ -22,7 +22,11 @@ class ConversationAdmin(admin.ModelAdmin):
     list_display = ["id", "title", "owner", "state", "retry_at", "updated_at"]
     list_filter = ["state"]
     search_fields = ["title", "owner__username"]
-    readonly_fields = ["client_id", "enqueued_at", "created_at", "updated_at"]
+    # Lifecycle fields change only through services (the resume action), never by hand.
+    readonly_fields = [
+        "state", "paused_reason", "retry_at", "client_id", "enqueued_at", "created_at",
+        "updated_at",
+    ]  # fmt: skip
     actions = ["resume"]
 
     @admin.action(permissions=["change"], description="Resume selected paused conversations")
@@ -43,6 +47,7 @@ class MessageAdmin(admin.ModelAdmin):
     list_filter = ["state", "role"]
     search_fields = ["text"]
     raw_id_fields = ["conversation", "reply_to"]
+    readonly_fields = ["state", "attempts", "version", "client_id"]
 
 
 @admin.register(Run)
@@ -50,6 +55,7 @@ class RunAdmin(admin.ModelAdmin):
     list_display = ["id", "message", "attempt", "state", "worker", "started_at", "ended_at"]
     list_filter = ["state"]
     raw_id_fields = ["conversation", "message"]
+    readonly_fields = ["state", "heartbeat_at", "ended_at"]
 
 
 @admin.register(Checkpoint)

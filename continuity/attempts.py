@@ -10,10 +10,11 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from .conversations import conversation_pause
@@ -21,20 +22,31 @@ from .dead_letters import dead_letter_create
 from .errors import AttemptStopped
 from .events import publish_message_changed
 from .faults import fault_point
-from .heartbeats import run_is_stale
+from .heartbeats import stale_before, stale_run_ids
 from .inbox import conversation_enqueue, message_bump
 from .models import Conversation, CrashRecord, Message, Run
 
 logger = logging.getLogger(__name__)
+CRASH_ERROR = "Heartbeat stopped: the worker process died or hung."
 
 
 def worker_identity() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def backoff_delay(failed_attempts: int) -> timedelta:
+def backoff_delay(failures: int) -> timedelta:
     steps = settings.CONTINUITY_CRASH_BACKOFF_SECONDS
-    return timedelta(seconds=steps[min(failed_attempts, len(steps)) - 1])
+    return timedelta(seconds=steps[min(failures, len(steps)) - 1])
+
+
+def crash_window_start() -> datetime:
+    return timezone.now() - timedelta(seconds=settings.CONTINUITY_CRASH_WINDOW_SECONDS)
+
+
+def conversation_lock(conversation_id: int) -> Conversation | None:
+    """Every transaction that changes an attempt locks its conversation first, then the run,
+    then messages: one order everywhere, so no two of them can deadlock."""
+    return Conversation.objects.select_for_update().filter(pk=conversation_id).first()
 
 
 def pending_messages(conversation_id: int):
@@ -50,17 +62,17 @@ def attempt_begin(*, conversation_id: int, node: str = "") -> Run | None:
     nothing to do now (paused, backing off, empty, or another live attempt holds the lease)."""
     now = timezone.now()
     with transaction.atomic():
-        conversation = Conversation.objects.select_for_update().filter(pk=conversation_id).first()
+        conversation = conversation_lock(conversation_id)
         if conversation is None or conversation.state != Conversation.State.ACTIVE:
             return None
-        holder = conversation.runs.filter(state=Run.State.RUNNING).first()
-        if holder is not None:
-            if run_is_stale(holder, now):
+        if conversation.runs.filter(state=Run.State.RUNNING).exists():
+            for stale_id in stale_run_ids(conversation.runs.all()):
                 attempt_end(
-                    run_id=holder.pk,
+                    run_id=stale_id,
                     state=Run.State.CRASHED,
-                    error="Heartbeat stopped: the worker process died or hung.",
+                    error=CRASH_ERROR,
                     detected_by=CrashRecord.Detector.DRAIN,
+                    only_if_stale=True,
                 )
             return None
         if conversation.retry_at and conversation.retry_at > now:
@@ -77,8 +89,9 @@ def attempt_begin(*, conversation_id: int, node: str = "") -> Run | None:
             attempt=attempt,
             node=node,
             worker=worker_identity(),
-            heartbeat_at=now,
+            heartbeat_at=Now(),
         )
+        run.refresh_from_db(fields=["heartbeat_at"])
         transaction.on_commit(
             lambda: publish_message_changed(conversation_id=conversation_id, message_id=message.pk)
         )
@@ -95,6 +108,7 @@ def attempt_finish(*, run: Run, reply_text: str) -> Message:
     """Store the reply, mark the message done and the run completed, in one transaction."""
     now = timezone.now()
     with transaction.atomic():
+        conversation_lock(run.conversation_id)
         run_lock_owned(run)
         reply = Message.objects.create(
             conversation_id=run.conversation_id,
@@ -126,17 +140,22 @@ def attempt_end(
     traceback: str = "",
     permanent: bool = False,
     detected_by: str = "",
+    only_if_stale: bool = False,
 ) -> bool:
-    """End a running attempt that did not produce a reply; False if it had already ended.
+    """End a running attempt that did not produce a reply; False if it had already ended (or,
+    with `only_if_stale`, if it has heartbeaten since it was judged dead).
 
     Then exactly one of: give the attempt back (planned interruption), dead-letter the message
     (permanent error or attempts used up), pause the conversation (crash loop), or back off.
     """
     now = timezone.now()
-    ended = Run.objects.filter(pk=run_id, state=Run.State.RUNNING).update(
-        state=state, ended_at=now, error=error, traceback=traceback
-    )
-    if not ended:
+    conversation_id = Run.objects.filter(pk=run_id).values_list("conversation_id", flat=True)
+    if not conversation_id or conversation_lock(conversation_id[0]) is None:
+        return False
+    running = Run.objects.filter(pk=run_id, state=Run.State.RUNNING)
+    if only_if_stale:
+        running = running.filter(heartbeat_at__lt=stale_before())
+    if not running.update(state=state, ended_at=now, error=error, traceback=traceback):
         return False
     run = Run.objects.select_related("message", "conversation").get(pk=run_id)
     message, conversation = run.message, run.conversation
@@ -157,22 +176,34 @@ def attempt_end(
         return True
     else:
         message_bump(message_id=message.pk, state=Message.State.QUEUED)
-        crashes = CrashRecord.objects.filter(
-            conversation=conversation,
-            resolved_at=None,
-            detected_at__gte=now - timedelta(seconds=settings.CONTINUITY_CRASH_WINDOW_SECONDS),
-        ).count()
-        if state == Run.State.CRASHED and crashes >= settings.CONTINUITY_PAUSE_AFTER_CRASHES:
-            conversation_pause(
-                conversation=conversation,
-                reason=f"{crashes} crashes within {settings.CONTINUITY_CRASH_WINDOW_SECONDS:g} s; "
-                f"last: {error}",
-            )
-        else:
-            Conversation.objects.filter(pk=conversation.pk).update(
-                retry_at=now + backoff_delay(message.attempts)
+        if conversation.state == Conversation.State.ACTIVE:
+            conversation_back_off_or_pause(
+                conversation=conversation, crashed=state == Run.State.CRASHED, error=error
             )
     transaction.on_commit(
         lambda: publish_message_changed(conversation_id=conversation.pk, message_id=message.pk)
     )
     return True
+
+
+def conversation_back_off_or_pause(
+    *, conversation: Conversation, crashed: bool, error: str
+) -> None:
+    """Wait longer after each recent failure; pause after too many recent unresolved crashes."""
+    since = crash_window_start()
+    crashes = CrashRecord.objects.filter(
+        conversation=conversation, resolved_at=None, detected_at__gte=since
+    ).count()
+    if crashed and crashes >= settings.CONTINUITY_PAUSE_AFTER_CRASHES:
+        conversation_pause(
+            conversation=conversation,
+            reason=f"{crashes} crashes within {settings.CONTINUITY_CRASH_WINDOW_SECONDS:g} s; "
+            f"last: {error}",
+        )
+        return
+    failures = conversation.runs.filter(
+        state__in=[Run.State.CRASHED, Run.State.FAILED], ended_at__gte=since
+    ).count()
+    Conversation.objects.filter(pk=conversation.pk).update(
+        retry_at=timezone.now() + backoff_delay(failures)
+    )

@@ -34,17 +34,21 @@ def attempts_snapshot(message: Message) -> list[dict]:
 def dead_letter_create(*, message: Message, reason: str) -> DeadLetter:
     """Mark the message dead, record why, tell staff, and let the conversation go on."""
     conversation = message.conversation
-    dead_letter = DeadLetter.objects.create(
+    # A message that staff sent back to the queue and that died again reuses its dead letter.
+    dead_letter, _ = DeadLetter.objects.update_or_create(
         message=message,
-        conversation=conversation,
-        owner_id=conversation.owner_id,
-        payload={
-            "text": message.text,
-            "client_id": str(message.client_id) if message.client_id else None,
-            "created_at": message.created_at.isoformat(),
+        defaults={
+            "conversation": conversation,
+            "owner_id": conversation.owner_id,
+            "payload": {
+                "text": message.text,
+                "client_id": str(message.client_id) if message.client_id else None,
+                "created_at": message.created_at.isoformat(),
+            },
+            "attempts": attempts_snapshot(message),
+            "reason": reason,
+            "status": DeadLetter.Status.PENDING,
         },
-        attempts=attempts_snapshot(message),
-        reason=reason,
     )
     message_bump(message_id=message.pk, state=Message.State.DEAD)
     CrashRecord.objects.filter(message=message, resolved_at=None).update(resolved_at=timezone.now())

@@ -6,12 +6,13 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 import redis
 from django.conf import settings
-from django.db import DatabaseError, connection
-from django.utils import timezone
+from django.db import DatabaseError, close_old_connections, connection
+from django.db.models import DateTimeField, ExpressionWrapper, QuerySet
+from django.db.models.functions import Now
 
 from .models import Run, Worker
 
@@ -60,10 +61,21 @@ def keys_alive(keys: list[str]) -> set[str]:
     return {key for key, value in zip(keys, values, strict=True) if value is not None}
 
 
-def run_is_stale(run: Run, now: datetime) -> bool:
-    if run.heartbeat_at >= now - heartbeat_ttl():
-        return False
-    return run_key(run.pk) not in keys_alive([run_key(run.pk)])
+def stale_before() -> ExpressionWrapper:
+    """Heartbeats older than this are stale. Written and compared on the database's clock, so
+    workers and watchdogs on hosts with skewed clocks agree."""
+    return ExpressionWrapper(Now() - heartbeat_ttl(), output_field=DateTimeField())
+
+
+def stale_run_ids(runs: QuerySet[Run]) -> list[int]:
+    """The running runs among `runs` whose heartbeat is stale on their row and in Redis."""
+    candidates = list(
+        runs.filter(state=Run.State.RUNNING, heartbeat_at__lt=stale_before()).values_list(
+            "pk", flat=True
+        )
+    )
+    alive = keys_alive([run_key(pk) for pk in candidates])
+    return [pk for pk in candidates if run_key(pk) not in alive]
 
 
 class Beat:
@@ -112,9 +124,10 @@ class RunHeartbeat(Beat):
         key_delete(run_key(self.run_id))
 
     def beat(self) -> bool:
+        close_old_connections()  # reconnect after a database restart instead of failing forever
         try:
             owned = Run.objects.filter(pk=self.run_id, state=Run.State.RUNNING).update(
-                heartbeat_at=timezone.now()
+                heartbeat_at=Now()
             )
         except DatabaseError:
             logger.warning("Run %s heartbeat not written", self.run_id, exc_info=True)
@@ -132,8 +145,9 @@ class WorkerHeartbeat(Beat):
         self.name = name
 
     def beat(self) -> bool:
+        close_old_connections()
         try:
-            Worker.objects.filter(name=self.name).update(last_seen_at=timezone.now())
+            Worker.objects.filter(name=self.name).update(last_seen_at=Now())
         except DatabaseError:
             logger.warning("Worker %s heartbeat not written", self.name, exc_info=True)
         key_refresh(worker_key(self.name))

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from threading import Event
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from .attempts import attempt_begin, attempt_end, attempt_finish, run_lock_owned
@@ -23,29 +24,33 @@ from .heartbeats import RunHeartbeat
 from .models import Checkpoint, MemoryFact, Message, ReplyChunk, Run
 
 logger = logging.getLogger(__name__)
+# Failures that the same input will hit again on every retry: dead-letter at once.
+PERMANENT_ERRORS = (PermanentError, ValidationError)
 
 
 def drain_conversation(*, conversation_id: int, node: str = "") -> None:
     """Answer the conversation's oldest pending message; a follow-up task takes the next one."""
+    # A brain that cannot load is this worker's fault, not the message's: fail before an attempt.
+    brain = brain_load()
     run = attempt_begin(conversation_id=conversation_id, node=node)
     if run is not None:
-        attempt_execute(run=run)
+        attempt_execute(run=run, brain=brain)
 
 
-def attempt_execute(*, run: Run) -> None:
+def attempt_execute(*, run: Run, brain: Brain) -> None:
     with RunHeartbeat(run.pk) as heartbeat:
         try:
-            reply_text = steps_run(run=run, brain=brain_load(), stopped=heartbeat.stopped)
+            reply_text = steps_run(run=run, brain=brain, stopped=heartbeat.stopped)
             attempt_finish(run=run, reply_text=reply_text)
         except AttemptStopped as stop:
             logger.info("Attempt stopped: %s", stop)
-        except Exception as exc:  # noqa: BLE001  (any failure of a step is recorded, then retried)
+        except Exception as exc:  # any failure of a step is recorded, then retried or given up
             attempt_end(
                 run_id=run.pk,
                 state=Run.State.FAILED,
                 error=f"{type(exc).__name__}: {exc}",
                 traceback=traceback.format_exc(),
-                permanent=isinstance(exc, PermanentError),
+                permanent=isinstance(exc, PERMANENT_ERRORS),
             )
 
 

@@ -13,34 +13,37 @@ from django.conf import settings
 from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
-from .attempts import attempt_end, pending_messages
-from .heartbeats import heartbeat_ttl, keys_alive, run_key
+from .attempts import CRASH_ERROR, attempt_end, pending_messages
+from .heartbeats import stale_run_ids
 from .inbox import conversation_enqueue
 from .models import Conversation, CrashRecord, Run
 
 logger = logging.getLogger(__name__)
 
-CRASH_ERROR = "Heartbeat stopped: the worker process died or hung."
+
+def each_guarded(items: list[int], action, what: str) -> int:
+    """Apply `action` to each id; one failing item is logged and must not stop the others."""
+    done = 0
+    for item in items:
+        try:
+            done += bool(action(item))
+        except Exception:
+            logger.exception("Could not %s %s", what, item)
+    return done
 
 
-def stale_run_ids() -> list[int]:
-    """Running attempts whose heartbeat is older than its TTL in the database and in Redis."""
-    candidates = list(
-        Run.objects.filter(
-            state=Run.State.RUNNING, heartbeat_at__lt=timezone.now() - heartbeat_ttl()
-        ).values_list("pk", flat=True)
+def runs_reap(*, run_ids: list[int], detected_by: str, only_if_stale: bool = True) -> int:
+    return each_guarded(
+        run_ids,
+        lambda run_id: attempt_end(
+            run_id=run_id,
+            state=Run.State.CRASHED,
+            error=CRASH_ERROR,
+            detected_by=detected_by,
+            only_if_stale=only_if_stale,
+        ),
+        "reap run",
     )
-    alive = keys_alive([run_key(pk) for pk in candidates])
-    return [pk for pk in candidates if run_key(pk) not in alive]
-
-
-def runs_reap(*, run_ids: list[int], detected_by: str) -> int:
-    reaped = 0
-    for run_id in run_ids:
-        reaped += attempt_end(
-            run_id=run_id, state=Run.State.CRASHED, error=CRASH_ERROR, detected_by=detected_by
-        )
-    return reaped
 
 
 def due_conversation_ids() -> list[int]:
@@ -64,13 +67,15 @@ def due_conversation_ids() -> list[int]:
 
 
 def conversations_requeue(*, conversation_ids: list[int]) -> int:
-    for conversation_id in conversation_ids:
-        conversation_enqueue(conversation_id=conversation_id)
-    return len(conversation_ids)
+    return each_guarded(
+        conversation_ids,
+        lambda conversation_id: conversation_enqueue(conversation_id=conversation_id) or True,
+        "re-enqueue conversation",
+    )
 
 
 def watchdog_tick(*, detected_by: str = CrashRecord.Detector.WATCHDOG) -> dict[str, int]:
-    reaped = runs_reap(run_ids=stale_run_ids(), detected_by=detected_by)
+    reaped = runs_reap(run_ids=stale_run_ids(Run.objects.all()), detected_by=detected_by)
     requeued = conversations_requeue(conversation_ids=due_conversation_ids())
     if reaped or requeued:
         logger.info(
@@ -87,7 +92,9 @@ def worker_start_scan(*, node: str) -> dict[str, int]:
     previous = list(
         Run.objects.filter(state=Run.State.RUNNING, node=node).values_list("pk", flat=True)
     )
-    reaped = runs_reap(run_ids=previous, detected_by=CrashRecord.Detector.WORKER_START)
+    reaped = runs_reap(
+        run_ids=previous, detected_by=CrashRecord.Detector.WORKER_START, only_if_stale=False
+    )
     result = watchdog_tick(detected_by=CrashRecord.Detector.WORKER_START)
     return {**result, "reaped": result["reaped"] + reaped}
 

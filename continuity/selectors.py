@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from django.db.models import Count, QuerySet
+from django.db.models import Count, Max, QuerySet
 
 from .models import Conversation, Message, ReplyChunk, Run
 
@@ -51,6 +51,10 @@ def streaming_runs(message_ids: Iterable[int]) -> dict[int, dict]:
             "last_seq": chunks[-1][0] if chunks else 0,
         }
     return found
+
+
+def newest_message_id(conversation: Conversation) -> int:
+    return conversation.messages.aggregate(newest=Max("pk"))["newest"] or 0
 
 
 def message_counts_by_state() -> dict[str, int]:

@@ -42,6 +42,8 @@ DEBUG = env_bool("DEBUG", False)
 SECRET_KEY = os.environ.get("SECRET_KEY") or local_secret_key()
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", "")
+# Behind TLS, set SECURE_COOKIES=1 so session and CSRF cookies never travel in clear text.
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env_bool("SECURE_COOKIES", False)
 
 INSTALLED_APPS = [
     "daphne",
@@ -157,7 +159,11 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     "socket_connect_timeout": 5,
 }
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = True
+# On a broker reconnect Celery would otherwise SIGTERM every running acks-late task, turning each
+# Redis blip into crashes that use up attempts and trip the crash-loop breaker. Attempts need the
+# broker only for their final ack; a lost ack means one redelivery, which the lease and the
+# unique reply absorb.
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_WORKER_SEND_TASK_EVENTS = False

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import time
 import uuid
@@ -74,6 +75,15 @@ def run_states(message: Message) -> list[str]:
     return list(message.runs.order_by("id").values_list("state", flat=True))
 
 
+def steps_by_run(message: Message) -> dict[str, int | str]:
+    """Which attempt stored each step's checkpoint ("retry" for the final attempt)."""
+    final = message.runs.order_by("id").last().pk
+    return {
+        step: "retry" if run_id == final else run_id
+        for step, run_id in message.checkpoints.values_list("step", "run_id")
+    }
+
+
 def test_sigkill_of_the_worker_child_mid_reply(processes):
     worker = processes.add(WorkerProcess(**SLOW))
     processes.add(WatchdogProcess())
@@ -89,6 +99,12 @@ def test_sigkill_of_the_worker_child_mid_reply(processes):
     assert message.state == "done" and message.attempts == 2
     assert run_states(message) == ["crashed", "completed"]
     assert CrashRecord.objects.get().run_id == run.pk
+    assert steps_by_run(message) == {
+        "context": run.pk,
+        "plan": run.pk,
+        "respond": "retry",
+        "remember": "retry",
+    }
     assert "Ada" in message.reply.text
     assert_promise_kept([message])
 
@@ -154,6 +170,12 @@ def test_a_kill_after_the_reply_commit_but_before_the_ack_is_absorbed(processes,
         timeout=10,
         what="the worker to report its killed child",
     )
+
+    def redelivered() -> set[str]:
+        received = re.findall(r"drain_conversation\[([0-9a-f-]+)\] received", worker.log())
+        return {task for task in received if received.count(task) > 1}
+
+    wait_for(redelivered, timeout=10, what="the killed task to be delivered again")
     assert [run_states(first), run_states(second)] == [["completed"], ["completed"]]
     assert second.reply.text == "Your name is **Grace**."
     assert_promise_kept([first, second])
@@ -176,6 +198,7 @@ def test_sigterm_mid_reply_interrupts_and_the_next_worker_completes(processes):
     wait_finished([message])
     message.refresh_from_db()
     assert run_states(message) == ["interrupted", "completed"]
+    assert steps_by_run(message)["plan"] == run.pk  # resumed from the interrupted attempt
     assert message.attempts == 1
     assert not CrashRecord.objects.exists()
     assert_promise_kept([message])
@@ -218,6 +241,8 @@ def test_redis_restart_while_workers_are_busy(processes):
     messages += [send(c, "What's my name?") for c in chats]
     wait_finished(messages, timeout=90)
 
+    # Losing the broker is not the attempts' fault: none of them was counted as a crash.
+    assert not CrashRecord.objects.exists()
     assert set(
         Message.objects.filter(pk__in=[m.pk for m in messages]).values_list("state", flat=True)
     ) == {"done"}
@@ -270,9 +295,11 @@ def test_a_message_that_keeps_raising_is_retried_then_dead_lettered(processes):
 
 def test_hung_attempts_are_ended_by_the_time_limits(processes, monkeypatch):
     limits = {"CELERY_TASK_SOFT_TIME_LIMIT": "1", "CELERY_TASK_TIME_LIMIT": "2"}
-    # Celery puts the sender's limits into each task message, so this process sends them too.
+    # Celery puts the sender's limits into each task message (from options it caches on first
+    # send), so this process sends them too.
     monkeypatch.setattr(drain_conversation_task, "soft_time_limit", 1)
     monkeypatch.setattr(drain_conversation_task, "time_limit", 2)
+    monkeypatch.setattr(drain_conversation_task, "_exec_options", None)
     processes.add(WorkerProcess(**limits, **FAULTY))
     processes.add(WatchdogProcess(**limits))
     slow_chat, hung_chat = conversations(2)

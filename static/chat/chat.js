@@ -93,18 +93,17 @@
       indicator.classList.toggle("on", live);
     };
 
-    const lastMessageId = () => {
-      const all = exchangesBox().querySelectorAll("[data-exchange]");
-      return all.length ? Number(all[all.length - 1].dataset.messageId) : 0;
-    };
+    // Everything up to this message id has reached the page from the server's catch-up
+    // renderings (live events may have been missed, so they do not move it).
+    let syncedUpTo = Number(exchangesBox().dataset.syncedUpTo || 0);
     const unfinishedIds = () =>
       [...exchangesBox().querySelectorAll("[data-exchange]")]
-        .filter((el) => el.dataset.state !== "done")
+        .filter((el) => el.dataset.state === "queued" || el.dataset.state === "processing")
         .map((el) => Number(el.dataset.messageId));
 
     function sync(pending) {
       if (!socket || socket.readyState !== WebSocket.OPEN) return;
-      socket.send(JSON.stringify({ type: "sync", after: lastMessageId(), pending }));
+      socket.send(JSON.stringify({ type: "sync", after: syncedUpTo, pending }));
     }
 
     function syncOne(messageId) {
@@ -133,7 +132,10 @@
     }
 
     function receive(event) {
-      if (event.type === "exchanges") upsertFragment(fragmentOf(event.html));
+      if (event.type === "exchanges") {
+        upsertFragment(fragmentOf(event.html));
+        if (event.up_to) syncedUpTo = Math.max(syncedUpTo, event.up_to);
+      }
       else if (event.type === "chunk") applyChunk(event);
       else if (event.type === "status") {
         const status = document.getElementById("conversation-status");

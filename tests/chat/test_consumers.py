@@ -65,7 +65,7 @@ def test_owner_connects_and_catches_up_with_a_sync(owned):
         return exchanges, status
 
     exchanges, status = async_to_sync(scenario)()
-    assert exchanges["type"] == "exchanges"
+    assert exchanges["type"] == "exchanges" and exchanges["up_to"] == message.pk
     assert (
         f'id="exchange-{message.pk}"' in exchanges["html"] and "Hello socket" in exchanges["html"]
     )
@@ -163,3 +163,21 @@ def test_a_reconnecting_browser_gets_the_partial_reply_from_the_database(owned):
     html = async_to_sync(scenario)()
     assert 'data-seq="3"' in html and f'data-run="{run.pk}"' in html
     assert '<span class="streamed">Nice to meet </span>' in html
+
+
+def test_a_sync_never_renders_another_conversations_messages(owned):
+    owner, conversation, _ = owned
+    foreign = message_accept(
+        conversation=ConversationFactory(), text="Not yours", client_id=uuid.uuid4()
+    )
+
+    async def scenario():
+        socket = communicator(conversation.pk, session_headers(owner))
+        await socket.connect()
+        await socket.send_json_to({"type": "sync", "after": 0, "pending": [foreign.pk]})
+        exchanges = await socket.receive_json_from(timeout=5)
+        await socket.disconnect()
+        return exchanges["html"]
+
+    html = async_to_sync(scenario)()
+    assert "Not yours" not in html and f"exchange-{foreign.pk}" not in html

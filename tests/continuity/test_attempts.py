@@ -162,3 +162,15 @@ def test_only_one_attempt_holds_a_conversation(conversation):
     begin(conversation)
     assert attempt_begin(conversation_id=conversation.pk) is None
     assert Run.objects.filter(state="running").count() == 1
+
+
+def test_backoff_follows_the_conversations_recent_failures(conversation):
+    first, second = send(conversation, "a"), send(conversation, "b")
+    crash(begin(conversation))
+    Message.objects.filter(pk=first.pk).update(state="done")  # answered on its retry
+    run = begin(conversation)
+    assert run.message_id == second.pk
+    attempt_end(run_id=run.pk, state="failed", error="RuntimeError: flaky")
+    conversation.refresh_from_db()
+    wait = conversation.retry_at - timezone.now()
+    assert wait == pytest.approx(timedelta(seconds=30), abs=timedelta(seconds=2))

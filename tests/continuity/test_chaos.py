@@ -68,3 +68,14 @@ def test_other_conversations_are_not_audited():
     MessageFactory(conversation=theirs, state="queued")
     answer(MessageFactory(conversation=mine))
     assert chaos_audit(conversation_ids=[mine.pk], sent=1)["lost"] == 0
+
+
+def test_a_message_answered_by_two_attempts_counts_as_a_duplicate(conversation):
+    message = MessageFactory(conversation=conversation)
+    for attempt in (1, 2):
+        Run.objects.create(
+            conversation=conversation, message=message, attempt=attempt, state="completed",
+            heartbeat_at=timezone.now(),
+        )  # fmt: skip
+    answer(message)
+    assert chaos_audit(conversation_ids=[conversation.pk], sent=1)["duplicates"] == 1

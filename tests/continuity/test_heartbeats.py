@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 
 import pytest
 from django.utils import timezone
 
 from continuity.attempts import attempt_begin, attempt_end, attempt_finish
 from continuity.errors import AttemptStopped
-from continuity.heartbeats import RunHeartbeat, keys_alive, run_is_stale, run_key
+from continuity.heartbeats import RunHeartbeat, keys_alive, run_key, stale_run_ids
 from continuity.inbox import message_accept
 from continuity.models import Checkpoint, Message, Run
 from continuity.processing import step
@@ -56,12 +57,10 @@ def test_a_fenced_attempt_cannot_checkpoint_or_reply(run):
 
 
 def test_staleness_needs_an_old_row_and_no_redis_key(run):
-    now = timezone.now()
-    assert not run_is_stale(run, now)
-    Run.objects.filter(pk=run.pk).update(heartbeat_at=now - timezone.timedelta(seconds=5))
-    run.refresh_from_db()
-    assert run_is_stale(run, now)
+    runs = Run.objects.all()
+    assert stale_run_ids(runs) == []
+    Run.objects.filter(pk=run.pk).update(heartbeat_at=timezone.now() - timedelta(seconds=5))
+    assert stale_run_ids(runs) == [run.pk]
     with RunHeartbeat(run.pk):  # writes the key at once
-        Run.objects.filter(pk=run.pk).update(heartbeat_at=now - timezone.timedelta(seconds=5))
-        run.refresh_from_db()
-        assert not run_is_stale(run, now)
+        Run.objects.filter(pk=run.pk).update(heartbeat_at=timezone.now() - timedelta(seconds=5))
+        assert stale_run_ids(runs) == []

@@ -5,9 +5,11 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.db import IntegrityError
 from django.utils import timezone
 
+from chat.brains.builtin import BuiltinBrain
 from continuity.inbox import message_accept
 from continuity.models import Checkpoint, Message, ReplyChunk, Run
 from continuity.processing import drain_conversation
@@ -114,3 +116,24 @@ def test_where_were_we_recaps_the_conversation(conversation):
         drain_conversation(conversation_id=conversation.pk)
     text = reply_of(recap)
     assert "Ownership is confusing" in text and "learn Rust" in text
+
+
+def test_a_brain_that_cannot_load_leaves_the_message_untouched(conversation, settings):
+    message = send(conversation, "hello")
+    settings.CONTINUITY_BRAIN = "nonexistent"
+    with pytest.raises(ImproperlyConfigured, match="Unknown CONTINUITY_BRAIN 'nonexistent'"):
+        drain_conversation(conversation_id=conversation.pk)
+    message.refresh_from_db()
+    assert (message.state, message.attempts, Run.objects.count()) == ("queued", 0, 0)
+
+
+def test_a_validation_error_dead_letters_at_once(conversation, monkeypatch):
+    def refuse(self, context):
+        raise ValidationError("This request is not valid.")
+
+    monkeypatch.setattr(BuiltinBrain, "plan", refuse)
+    message = send(conversation, "hello")
+    drain_conversation(conversation_id=conversation.pk)
+    message.refresh_from_db()
+    assert (message.state, message.attempts) == ("dead", 1)
+    assert "ValidationError" in message.dead_letter.reason

@@ -10,12 +10,13 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from continuity.attempts import attempt_begin
+from continuity.heartbeats import stale_run_ids
 from continuity.inbox import message_accept
 from continuity.models import Conversation, CrashRecord, Run
 from continuity.recovery import (
     due_conversation_ids,
     runs_interrupt,
-    stale_run_ids,
+    runs_reap,
     watchdog_tick,
     worker_start_scan,
 )
@@ -43,9 +44,42 @@ def age(model, pk, **fields_seconds_ago):
 def test_a_run_with_an_old_heartbeat_and_no_key_is_stale(conversation):
     send(conversation)
     run = attempt_begin(conversation_id=conversation.pk)
-    assert stale_run_ids() == []
+    assert stale_run_ids(Run.objects.all()) == []
     age(Run, run.pk, heartbeat_at=3)
-    assert stale_run_ids() == [run.pk]
+    assert stale_run_ids(Run.objects.all()) == [run.pk]
+
+
+def test_a_run_that_beat_again_after_it_was_judged_stale_is_not_reaped(conversation):
+    send(conversation)
+    run = attempt_begin(conversation_id=conversation.pk)
+    age(Run, run.pk, heartbeat_at=3)
+    judged = stale_run_ids(Run.objects.all())
+    Run.objects.filter(pk=run.pk).update(heartbeat_at=timezone.now())  # a late heartbeat
+    assert runs_reap(run_ids=judged, detected_by="watchdog") == 0
+    assert Run.objects.get(pk=run.pk).state == "running"
+
+
+def test_one_failing_item_does_not_stop_the_sweep(conversation, user, monkeypatch):
+    from continuity import recovery
+
+    other = Conversation.objects.create(owner=user)
+    for chat in (conversation, other):
+        send(chat)
+        age(Run, attempt_begin(conversation_id=chat.pk).pk, heartbeat_at=3)
+    real_end = recovery.attempt_end
+    first = Run.objects.order_by("id").first().pk
+
+    def end_or_fail(*, run_id, **kwargs):
+        if run_id == first:
+            raise RuntimeError("this run cannot be ended")
+        return real_end(run_id=run_id, **kwargs)
+
+    monkeypatch.setattr(recovery, "attempt_end", end_or_fail)
+    assert watchdog_tick()["reaped"] == 1
+    assert list(Run.objects.order_by("id").values_list("state", flat=True)) == [
+        "running",
+        "crashed",
+    ]
 
 
 def test_the_watchdog_reaps_stale_runs(conversation):

@@ -94,6 +94,7 @@ class Command(BaseCommand):
             watchdog.stop()
         audit = chaos_audit(conversation_ids=ids, sent=sent)
         audit.update(
+            settings={key: env[key] for key in sorted(CHAOS_SETTINGS)},
             kills=chaos.kills,
             redis_restarts=redis_restarts.count,
             seconds=round(time.monotonic() - started, 1),
@@ -121,6 +122,14 @@ class Command(BaseCommand):
             # Random kills are not a crash loop: keep the breaker out of this experiment.
             "CONTINUITY_PAUSE_AFTER_CRASHES": "1000000",
         }
+
+
+CHAOS_SETTINGS = (
+    *RECOVERY_CLOCKS,
+    "CONTINUITY_BUILTIN_TOKEN_DELAY",
+    "CONTINUITY_MAX_ATTEMPTS",
+    "CONTINUITY_PAUSE_AFTER_CRASHES",
+)
 
 
 def use_private_redis(url: str) -> None:
