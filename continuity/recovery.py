@@ -9,12 +9,13 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
+import redis
 from django.conf import settings
 from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
 from .attempts import CRASH_ERROR, attempt_end, pending_messages
-from .heartbeats import stale_run_ids
+from .heartbeats import redis_client, stale_run_ids
 from .inbox import conversation_enqueue
 from .models import Conversation, CrashRecord, Run
 
@@ -74,9 +75,21 @@ def conversations_requeue(*, conversation_ids: list[int]) -> int:
     )
 
 
+def broker_reachable() -> bool:
+    try:
+        return bool(redis_client().ping())
+    except redis.RedisError:
+        return False
+
+
 def watchdog_tick(*, detected_by: str = CrashRecord.Detector.WATCHDOG) -> dict[str, int]:
     reaped = runs_reap(run_ids=stale_run_ids(Run.objects.all()), detected_by=detected_by)
-    requeued = conversations_requeue(conversation_ids=due_conversation_ids())
+    due = due_conversation_ids()
+    if due and not broker_reachable():
+        # Each send would wait out its publish retries: try them all on a later sweep instead.
+        logger.warning("Broker unreachable: %s conversation(s) wait for the next sweep", len(due))
+        due = []
+    requeued = conversations_requeue(conversation_ids=due)
     if reaped or requeued:
         logger.info(
             "Watchdog: %s crashed attempt(s) reaped, %s conversation(s) re-enqueued",

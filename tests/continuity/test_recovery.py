@@ -156,3 +156,21 @@ def test_watchdog_command_runs_one_sweep(conversation):
     age(Run, run.pk, heartbeat_at=3)
     call_command("watchdog", "--once")
     assert Run.objects.get(pk=run.pk).state == "crashed"
+
+
+def test_while_the_broker_is_down_nothing_is_sent_and_the_next_sweep_retries(
+    conversation, monkeypatch
+):
+    import redis
+
+    from continuity import recovery
+    from continuity.redis_server import free_port
+
+    send(conversation)
+    age(Conversation, conversation.pk, enqueued_at=31)
+    unreachable = redis.Redis(port=free_port(), socket_connect_timeout=0.2)
+    monkeypatch.setattr(recovery, "redis_client", lambda: unreachable)
+    assert watchdog_tick()["requeued"] == 0
+    assert due_conversation_ids() == [conversation.pk]  # still due: retried next time
+    monkeypatch.undo()
+    assert watchdog_tick()["requeued"] == 1
