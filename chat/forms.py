@@ -3,7 +3,6 @@ from __future__ import annotations
 import uuid
 
 from django import forms
-from django.contrib.auth.forms import UserCreationForm
 
 from continuity.errors import InvalidMessage
 from continuity.inbox import message_clean_text
@@ -31,7 +30,3 @@ class MessageForm(forms.Form):
             return message_clean_text(self.cleaned_data["text"])
         except InvalidMessage as error:
             raise forms.ValidationError(str(error)) from error
-
-
-class SignupForm(UserCreationForm):
-    pass

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from django.contrib.auth import login
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.forms import UserCreationForm
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -12,7 +13,7 @@ from continuity.inbox import conversation_start, message_accept
 from continuity.models import Conversation
 from continuity.selectors import conversations_of, exchanges_of, newest_message_id
 
-from .forms import MessageForm, SignupForm
+from .forms import MessageForm
 
 PAGE = "chat/conversation.html"
 
@@ -44,7 +45,7 @@ def composer_invalid(request: HttpRequest, conversation: Conversation | None, fo
 
 @require_http_methods(["GET", "POST"])
 def signup(request: HttpRequest) -> HttpResponse:
-    form = SignupForm(request.POST or None)
+    form = UserCreationForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         login(request, form.save())
         return redirect("chat:home")
