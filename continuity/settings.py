@@ -136,10 +136,17 @@ EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.conso
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 
+# channels-redis waits for group messages with BZPOPMIN and a 5 s timeout, and redis-py 8 gives
+# every socket a 5 s read timeout by default: the two raced, and idle websockets were closed with
+# 1011 every few seconds. The socket timeout must stay well above that 5 s wait.
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL], "capacity": 1500, "expiry": 30},
+        "CONFIG": {
+            "hosts": [{"address": REDIS_URL, "socket_timeout": 15, "socket_connect_timeout": 5}],
+            "capacity": 1500,
+            "expiry": 30,
+        },
     }
 }
 
@@ -186,6 +193,15 @@ CONTINUITY_REQUEUE_AFTER_SECONDS = env_float("CONTINUITY_REQUEUE_AFTER_SECONDS",
 CONTINUITY_WATCHDOG_SECONDS = env_float("CONTINUITY_WATCHDOG_SECONDS", 2)
 CONTINUITY_CHECKPOINT_RETENTION_DAYS = env_float("CONTINUITY_CHECKPOINT_RETENTION_DAYS", 14)
 CONTINUITY_PRUNE_EVERY_SECONDS = env_float("CONTINUITY_PRUNE_EVERY_SECONDS", 3600)
+# A drain task waiting in the queue is marked in Redis, so a conversation has at most one: a
+# flood in one conversation cannot push everyone else's messages to the back of the queue. The
+# marker expires after this long in case its task was lost after the marker was set.
+CONTINUITY_DRAIN_MARKER_SECONDS = env_float("CONTINUITY_DRAIN_MARKER_SECONDS", 600)
+# Per-user limits on the web side ("N/second|minute|hour", several separated by ";").
+CONTINUITY_SEND_RATE = os.environ.get("CONTINUITY_SEND_RATE", "10/10 seconds;60/minute")
+CONTINUITY_NEW_CONVERSATION_RATE = os.environ.get(
+    "CONTINUITY_NEW_CONVERSATION_RATE", "5/minute;60/hour"
+)
 # Test-only fault injection. Deliberately not read from the environment: only tests/settings.py
 # turns it on, so no production deployment can enable it.
 CONTINUITY_FAULT_INJECTION = False

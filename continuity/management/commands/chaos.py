@@ -136,7 +136,7 @@ def use_private_redis(url: str) -> None:
     """Point this process at the run's own Redis, before anything here has connected."""
     settings.REDIS_URL = url
     celery_app.conf.broker_url = url
-    settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"] = [url]
+    settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"][0]["address"] = url
 
 
 def send(conversations, count: int, rate: float, rng: random.Random) -> int:
