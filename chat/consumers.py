@@ -7,21 +7,30 @@ it receives carries a version, so whatever is lost or reordered in between is re
 from __future__ import annotations
 
 import json
+from importlib import import_module
+from types import SimpleNamespace
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
+from django.contrib import auth
 from django.template.loader import render_to_string
 
-from continuity.events import conversation_group
+from continuity.events import conversation_group, session_group, user_group
 from continuity.models import Conversation
 from continuity.selectors import exchanges_of, newest_message_id
 
 PAGE = "chat/conversation.html"
 MAX_SYNC_IDS = 2000
+# A sync with MAX_SYNC_IDS ids fits easily; anything bigger is not from our page.
+MAX_FRAME_CHARS = 32 * 1024
+# Close code for "your session ended": the page tells the person to sign in again.
+SESSION_ENDED = 4401
+SYNC_FORMAT = 'Expected {"type": "sync", "after": <id>, "pending": [<id>, ...]}.'
 
 
 class ConversationConsumer(AsyncJsonWebsocketConsumer):
-    group: str | None = None
+    groups_joined: tuple[str, ...] = ()
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -33,27 +42,26 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
         if self.conversation is None:
             await self.close()
             return
-        self.group = conversation_group(conversation_id)
-        await self.channel_layer.group_add(self.group, self.channel_name)
+        # The user and session groups let a logout, a password change or a deactivation close
+        # this socket at once.
+        self.groups_joined = (conversation_group(conversation_id), user_group(user.pk))
+        if session_key := self.scope["session"].session_key:
+            self.groups_joined += (session_group(session_key),)
+        for group in self.groups_joined:
+            await self.channel_layer.group_add(group, self.channel_name)
         await self.accept()
 
     async def disconnect(self, code: int) -> None:
-        if self.group:
-            await self.channel_layer.group_discard(self.group, self.channel_name)
+        for group in self.groups_joined:
+            await self.channel_layer.group_discard(group, self.channel_name)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
-        try:
-            request = json.loads(text_data or "")
-        except ValueError:
-            request = None
-        sync = parse_sync(request)
+        sync, error = parse_sync_frame(text_data)
         if sync is None:
-            await self.send_json(
-                {
-                    "type": "error",
-                    "error": 'Expected {"type": "sync", "after": <id>, "pending": [<id>, ...]}.',
-                }
-            )
+            await self.send_json({"type": "error", "error": error})
+            return
+        if not await self.session_still_valid():
+            await self.close(code=SESSION_ENDED)
             return
         after, pending = sync
         up_to, html = await self.render(after, pending)
@@ -71,6 +79,20 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
         await self.send_json(
             {key: event[key] for key in ("message_id", "run_id", "seq", "text")} | {"type": "chunk"}
         )
+
+    async def session_ended(self, event: dict) -> None:
+        await self.close(code=SESSION_ENDED)
+
+    @database_sync_to_async
+    def session_still_valid(self) -> bool:
+        """Whether the session this socket was opened with still signs in the same user: not
+        logged out, expired, invalidated by a password change, nor its user deactivated."""
+        key = self.scope["session"].session_key
+        if not key:
+            return False
+        store = import_module(settings.SESSION_ENGINE).SessionStore(session_key=key)
+        user = auth.get_user(SimpleNamespace(session=store))
+        return user.is_authenticated and user.pk == self.scope["user"].pk
 
     @database_sync_to_async
     def conversation_of(self, user, conversation_id: int) -> Conversation | None:
@@ -96,6 +118,19 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
     def render_status(self) -> str:
         self.conversation.refresh_from_db()
         return render_to_string(f"{PAGE}#status", {"conversation": self.conversation})
+
+
+def parse_sync_frame(text: str | None) -> tuple[tuple[int, list[int]] | None, str]:
+    """((after, pending), "") from a well-formed sync frame, else (None, what is wrong)."""
+    if text is None or len(text) > MAX_FRAME_CHARS:
+        return None, f"Frame too large: at most {MAX_FRAME_CHARS} characters. {SYNC_FORMAT}"
+    try:
+        request = json.loads(text)
+    except RecursionError:
+        return None, f"Frame nested too deep. {SYNC_FORMAT}"
+    except ValueError:
+        return None, SYNC_FORMAT
+    return parse_sync(request), SYNC_FORMAT
 
 
 def parse_sync(request: object) -> tuple[int, list[int]] | None:

@@ -181,3 +181,87 @@ def test_a_sync_never_renders_another_conversations_messages(owned):
 
     html = async_to_sync(scenario)()
     assert "Not yours" not in html and f"exchange-{foreign.pk}" not in html
+
+
+def closed_with(socket_output: dict) -> int | None:
+    return socket_output.get("code") if socket_output.get("type") == "websocket.close" else None
+
+
+@pytest.mark.parametrize("change", ["password changed", "deactivated"])
+def test_a_credential_change_closes_every_socket_of_the_user(owned, change):
+    owner, conversation, _ = owned
+
+    async def scenario():
+        from asgiref.sync import sync_to_async
+
+        socket = communicator(conversation.pk, session_headers(owner))
+        assert (await socket.connect())[0]
+
+        def change_user():
+            if change == "password changed":
+                owner.set_password("a whole new password")
+            else:
+                owner.is_active = False
+            owner.save()
+
+        await sync_to_async(change_user)()
+        closed = await socket.receive_output(timeout=5)
+        await socket.wait()
+        return closed
+
+    assert closed_with(async_to_sync(scenario)()) == 4401
+
+
+def test_an_unrelated_save_of_the_user_leaves_the_socket_open(owned):
+    owner, conversation, _ = owned
+
+    async def scenario():
+        from asgiref.sync import sync_to_async
+
+        socket = communicator(conversation.pk, session_headers(owner))
+        await socket.connect()
+        owner.first_name = "Ada"
+        await sync_to_async(owner.save)()
+        await sync_to_async(owner.save)(update_fields=["last_login"])
+        await socket.send_json_to({"type": "sync", "after": 0, "pending": []})
+        reply = await socket.receive_json_from(timeout=5)
+        await socket.disconnect()
+        return reply
+
+    assert async_to_sync(scenario)()["type"] == "exchanges"
+
+
+def test_a_sync_on_a_session_that_ended_closes_the_socket(owned):
+    owner, conversation, _ = owned
+
+    async def scenario():
+        from asgiref.sync import sync_to_async
+        from django.contrib.sessions.models import Session
+
+        socket = communicator(conversation.pk, session_headers(owner))
+        await socket.connect()
+        # The session disappears without any event (expired, cleared by hand).
+        await sync_to_async(Session.objects.all().delete)()
+        await socket.send_json_to({"type": "sync", "after": 0, "pending": []})
+        closed = await socket.receive_output(timeout=5)
+        await socket.wait()
+        return closed
+
+    assert closed_with(async_to_sync(scenario)()) == 4401
+
+
+@pytest.mark.parametrize(
+    ("origin", "allowed"),
+    [
+        ("http://localhost", True),
+        ("http://localhost:80", True),
+        ("http://localhost:8000", False),
+        ("https://localhost", False),
+        ("http://evil.example", False),
+        ("null", False),
+        ("", False),
+    ],
+)
+def test_the_origin_must_be_the_sockets_own_scheme_host_and_port(owned, origin, allowed):
+    owner, conversation, _ = owned
+    assert connects(conversation.pk, session_headers(owner, origin)) is allowed

@@ -1,0 +1,101 @@
+"""The conversation websocket through a real daphne process and the Redis channel layer."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+from django.conf import settings
+from django.test import Client
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.sync.client import connect
+
+from continuity.inbox import message_accept
+from tests.factories import ConversationFactory, UserFactory
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def session_cookie(user) -> str:
+    client = Client()
+    client.force_login(user)
+    return f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}"
+
+
+def open_socket(web, path: str, cookie: str = "", origin: str | None = None):
+    return connect(
+        f"ws://127.0.0.1:{web.port}{path}",
+        additional_headers={"Cookie": cookie, "Origin": origin or web.url},
+        open_timeout=10,
+    )
+
+
+def test_an_idle_socket_stays_open_and_answers_a_sync(web):
+    owner = UserFactory()
+    conversation = ConversationFactory(owner=owner)
+    message = message_accept(conversation=conversation, text="Still there?", client_id=uuid.uuid4())
+
+    with open_socket(web, f"/ws/c/{conversation.pk}/", session_cookie(owner)) as socket:
+        # Nothing is published to this conversation: any frame or close within 20 s is a fault.
+        with pytest.raises(TimeoutError):
+            socket.recv(timeout=20)
+        socket.send(json.dumps({"type": "sync", "after": 0, "pending": []}))
+        exchanges = json.loads(socket.recv(timeout=10))
+
+    assert exchanges["type"] == "exchanges" and exchanges["up_to"] == message.pk
+    assert "Traceback" not in web.log() and "Timeout reading" not in web.log()
+
+
+def test_an_unknown_websocket_path_is_refused_without_a_traceback(web):
+    with pytest.raises(InvalidStatus) as refused:
+        open_socket(web, "/ws/nope/", session_cookie(UserFactory()))
+    assert refused.value.response.status_code == 403
+    assert "Traceback" not in web.log()
+
+
+def test_a_page_from_another_port_of_the_same_host_cannot_open_a_socket(web):
+    owner = UserFactory()
+    conversation = ConversationFactory(owner=owner)
+    path = f"/ws/c/{conversation.pk}/"
+    with pytest.raises(InvalidStatus) as refused:
+        open_socket(web, path, session_cookie(owner), origin="http://127.0.0.1:9999")
+    assert refused.value.response.status_code == 403
+    with pytest.raises(InvalidStatus):
+        open_socket(web, path, session_cookie(owner), origin=f"https://127.0.0.1:{web.port}")
+    with open_socket(web, path, session_cookie(owner)) as socket:
+        socket.send(json.dumps({"type": "sync", "after": 0, "pending": []}))
+        assert json.loads(socket.recv(timeout=10))["type"] == "exchanges"
+
+
+def test_an_oversized_or_deeply_nested_frame_gets_an_error_and_the_socket_lives(web):
+    owner = UserFactory()
+    conversation = ConversationFactory(owner=owner)
+    with open_socket(web, f"/ws/c/{conversation.pk}/", session_cookie(owner)) as socket:
+        socket.send("[" * 100_000)
+        deep = json.loads(socket.recv(timeout=10))
+        socket.send(json.dumps({"type": "sync", "after": 0, "pending": [1] * 50_000}))
+        big = json.loads(socket.recv(timeout=10))
+        socket.send(json.dumps({"type": "sync", "after": 0, "pending": []}))
+        after = json.loads(socket.recv(timeout=10))
+    assert deep["type"] == big["type"] == "error"
+    assert "too large" in big["error"] or "too deep" in big["error"]
+    assert after["type"] == "exchanges"
+    assert "Traceback" not in web.log() and "RecursionError" not in web.log()
+
+
+def test_logging_out_closes_the_pages_socket(web):
+    owner = UserFactory()
+    conversation = ConversationFactory(owner=owner)
+    browser = Client()
+    browser.force_login(owner)
+    cookie = f"{settings.SESSION_COOKIE_NAME}={browser.cookies[settings.SESSION_COOKIE_NAME].value}"
+    with open_socket(web, f"/ws/c/{conversation.pk}/", cookie) as socket:
+        socket.send(json.dumps({"type": "sync", "after": 0, "pending": []}))
+        socket.recv(timeout=10)
+        socket.recv(timeout=10)  # the status rendering that follows the exchanges
+        browser.post("/accounts/logout/")
+        with pytest.raises(ConnectionClosed) as closed:
+            while True:
+                socket.recv(timeout=10)
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 4401
