@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from .errors import InvalidMessage
 from .events import publish_message_changed
+from .heartbeats import key_delete, keys_alive, redis_client
 from .models import Conversation, Message
 
 logger = logging.getLogger(__name__)
@@ -37,27 +38,53 @@ def title_from_text(text: str) -> str:
     return words if len(words) <= TITLE_CHARS else words[: TITLE_CHARS - 1].rstrip() + "…"
 
 
+def drain_marker_key(conversation_id: int) -> str:
+    return f"continuity:conversation:{conversation_id}:drain-queued"
+
+
 def conversation_enqueue(*, conversation_id: int) -> None:
     """Ask a worker to drain the conversation once the current transaction commits.
 
     The stored pending message, not this broker message, is the real outbox: if the send is lost
     (process death right after commit, Redis down or flushed), the watchdog sends it again.
     """
+    Conversation.objects.filter(pk=conversation_id).update(enqueued_at=timezone.now())
+    transaction.on_commit(lambda: drain_send(conversation_id=conversation_id))
+
+
+def drain_send(*, conversation_id: int) -> None:
+    """Send a drain task unless one for this conversation is already waiting in the queue.
+
+    One waiting drain per conversation keeps the queue fair: a drain answers one message and then
+    sends the next drain to the back of the queue, so conversations take turns. The marker lives
+    in the broker's Redis, so a Redis that loses its queue loses the markers with it.
+    """
     from .tasks import drain_conversation as drain_conversation_task
 
-    Conversation.objects.filter(pk=conversation_id).update(enqueued_at=timezone.now())
+    marker = drain_marker_key(conversation_id)
+    ttl = int(settings.CONTINUITY_DRAIN_MARKER_SECONDS)
+    try:
+        if not redis_client().set(marker, "1", nx=True, ex=ttl):
+            return
+        drain_conversation_task.delay(conversation_id)
+    except Exception:
+        logger.warning(
+            "Enqueue of conversation %s failed; the watchdog will retry",
+            conversation_id,
+            exc_info=True,
+        )
+        key_delete(marker)
 
-    def send() -> None:
-        try:
-            drain_conversation_task.delay(conversation_id)
-        except Exception:
-            logger.warning(
-                "Enqueue of conversation %s failed; the watchdog will retry",
-                conversation_id,
-                exc_info=True,
-            )
 
-    transaction.on_commit(send)
+def drain_started(*, conversation_id: int) -> None:
+    """A drain left the queue: the next enqueue may send another one."""
+    key_delete(drain_marker_key(conversation_id))
+
+
+def drains_waiting(conversation_ids: list[int]) -> set[int]:
+    """The conversations among these that have a drain waiting in the queue."""
+    alive = keys_alive([drain_marker_key(pk) for pk in conversation_ids])
+    return {pk for pk in conversation_ids if drain_marker_key(pk) in alive}
 
 
 def message_accept(*, conversation: Conversation, text: str, client_id: uuid.UUID) -> Message:

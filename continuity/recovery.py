@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from .attempts import CRASH_ERROR, attempt_end, pending_messages
 from .heartbeats import redis_client, stale_run_ids
-from .inbox import conversation_enqueue
+from .inbox import conversation_enqueue, drains_waiting
 from .models import Conversation, CrashRecord, Run
 
 logger = logging.getLogger(__name__)
@@ -48,8 +48,15 @@ def runs_reap(*, run_ids: list[int], detected_by: str, only_if_stale: bool = Tru
 
 
 def due_conversation_ids() -> list[int]:
-    """Active conversations with pending messages, no live attempt and no backoff to wait for,
-    whose last enqueue is older than the requeue threshold or predates the end of the backoff."""
+    """Active conversations with pending messages, no live attempt, no backoff to wait for and
+    no drain waiting in the queue, whose last enqueue is older than the requeue threshold or
+    predates the end of the backoff."""
+    candidates = stalled_conversation_ids()
+    waiting = drains_waiting(candidates)
+    return [pk for pk in candidates if pk not in waiting]
+
+
+def stalled_conversation_ids() -> list[int]:
     now = timezone.now()
     lost_before = now - timedelta(seconds=settings.CONTINUITY_REQUEUE_AFTER_SECONDS)
     has_pending = Exists(pending_messages(OuterRef("pk")).values("pk"))

@@ -83,3 +83,25 @@ def test_conversation_start_is_idempotent_and_titles_from_the_first_message():
 def test_long_titles_are_shortened_with_an_ellipsis():
     title = title_from_text("word " * 40)
     assert len(title) == 60 and title.endswith("…")
+
+
+def test_a_conversation_has_at_most_one_drain_waiting_in_the_queue(
+    conversation, django_capture_on_commit_callbacks
+):
+    import redis
+    from django.conf import settings
+
+    from continuity.inbox import drain_started
+
+    broker = redis.Redis.from_url(settings.REDIS_URL)
+    broker.delete("celery")
+    other = Conversation.objects.create(owner=conversation.owner)
+    with django_capture_on_commit_callbacks(execute=True):
+        for number in range(3):
+            message_accept(conversation=conversation, text=f"m{number}", client_id=uuid.uuid4())
+        message_accept(conversation=other, text="elsewhere", client_id=uuid.uuid4())
+    assert broker.llen("celery") == 2
+    drain_started(conversation_id=conversation.pk)  # a worker took it: the next send goes out
+    with django_capture_on_commit_callbacks(execute=True):
+        message_accept(conversation=conversation, text="m3", client_id=uuid.uuid4())
+    assert broker.llen("celery") == 3

@@ -174,3 +174,16 @@ def test_while_the_broker_is_down_nothing_is_sent_and_the_next_sweep_retries(
     assert due_conversation_ids() == [conversation.pk]  # still due: retried next time
     monkeypatch.undo()
     assert watchdog_tick()["requeued"] == 1
+
+
+def test_a_conversation_whose_drain_still_waits_in_the_queue_is_not_sent_again(conversation):
+    from continuity.heartbeats import redis_client
+    from continuity.inbox import drain_marker_key
+
+    send(conversation)
+    age(Conversation, conversation.pk, enqueued_at=31)
+    redis_client().set(drain_marker_key(conversation.pk), "1")
+    for _ in range(3):  # sweeps during a backlog must not pile up drains
+        assert watchdog_tick()["requeued"] == 0
+    redis_client().delete(drain_marker_key(conversation.pk))  # Redis lost its queue and markers
+    assert due_conversation_ids() == [conversation.pk]
