@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from functools import wraps
+
 from django.contrib.auth import login
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.forms import UserCreationForm
@@ -14,8 +16,29 @@ from continuity.models import Conversation
 from continuity.selectors import conversations_of, exchanges_of, newest_message_id
 
 from .forms import MessageForm
+from .throttles import rate_limit_wait
 
 PAGE = "chat/conversation.html"
+TOO_FAST = {
+    "send": "You are sending messages faster than the assistant can answer. "
+    "Wait {seconds} s, then send again: your text is still here.",
+    "new_conversation": "You have started many conversations in a short time. "
+    "Wait {seconds} s, then send again: your text is still here.",
+}
+
+
+def login_required_or_401(view):
+    """Pages send anonymous users to the login page; an htmx request gets 401 instead, so the
+    page keeps the typed text and says what happened rather than swapping in a login form."""
+    page_view = login_required(view)
+
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+        if request.htmx and not request.user.is_authenticated:
+            return HttpResponse("Your session has ended; sign in again.", status=401)
+        return page_view(request, *args, **kwargs)
+
+    return wrapper
 
 
 def page_context(request: HttpRequest, conversation: Conversation | None, form: MessageForm):
@@ -31,16 +54,31 @@ def page_context(request: HttpRequest, conversation: Conversation | None, form: 
     return context
 
 
-def composer_invalid(request: HttpRequest, conversation: Conversation | None, form: MessageForm):
-    """422 with the errors and the user's text kept in the composer."""
+def composer_invalid(
+    request: HttpRequest, conversation: Conversation | None, form: MessageForm, status: int = 422
+):
+    """The errors, with the user's text kept in the composer."""
     if request.htmx:
         return render(
             request,
             f"{PAGE}#composer_oob",
             {"conversation": conversation, "form": form},
-            status=422,
+            status=status,
         )
-    return render(request, PAGE, page_context(request, conversation, form), status=422)
+    return render(request, PAGE, page_context(request, conversation, form), status=status)
+
+
+def composer_too_fast(
+    request: HttpRequest, conversation: Conversation | None, form: MessageForm, action: str
+) -> HttpResponse | None:
+    """429 with the wait and the text kept when the user is over a rate limit, else None."""
+    seconds = rate_limit_wait(action=action, user_id=request.user.pk)
+    if not seconds:
+        return None
+    form.add_error("text", TOO_FAST[action].format(seconds=seconds))
+    response = composer_invalid(request, conversation, form, status=429)
+    response["Retry-After"] = str(seconds)
+    return response
 
 
 @require_http_methods(["GET", "POST"])
@@ -61,11 +99,13 @@ def home(request: HttpRequest) -> HttpResponse:
 
 
 @require_POST
-@login_required
+@login_required_or_401
 def conversation_new(request: HttpRequest) -> HttpResponse:
     form = MessageForm(request.POST)
     if not form.is_valid():
         return composer_invalid(request, None, form)
+    if refused := composer_too_fast(request, None, form, "new_conversation"):
+        return refused
     conversation = conversation_start(
         owner=request.user, text=form.cleaned_data["text"], client_id=form.cleaned_data["client_id"]
     )
@@ -82,12 +122,14 @@ def conversation_detail(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 @require_POST
-@login_required
+@login_required_or_401
 def message_send(request: HttpRequest, pk: int) -> HttpResponse:
     conversation = get_object_or_404(conversations_of(request.user), pk=pk)
     form = MessageForm(request.POST)
     if not form.is_valid():
         return composer_invalid(request, conversation, form)
+    if refused := composer_too_fast(request, conversation, form, "send"):
+        return refused
     message = message_accept(
         conversation=conversation,
         text=form.cleaned_data["text"],

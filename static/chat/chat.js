@@ -7,6 +7,7 @@
   const olderThan = (a, b) => a[0] < b[0] || (a[0] === b[0] && a[1] < b[1]);
 
   const exchangesBox = () => document.getElementById("exchanges");
+  const SESSION_ENDED = 4401; // the server closed the socket: logout, new password, deactivated
   const awaitingSync = new Set();
 
   function nearBottom() {
@@ -61,12 +62,40 @@
     if (box) box.textContent = text;
   }
 
+  // What the person typed survives a trip to the login page: kept per page in this tab.
+  const draftKey = () => `continuity:draft:${location.pathname}`;
+  const composerField = () => document.querySelector("#composer textarea");
+
+  function keepDraft() {
+    const field = composerField();
+    if (field && field.value.trim()) sessionStorage.setItem(draftKey(), field.value);
+  }
+
+  function restoreDraft() {
+    const field = composerField();
+    const draft = sessionStorage.getItem(draftKey());
+    if (field && draft && !field.value) field.value = draft;
+    sessionStorage.removeItem(draftKey());
+  }
+
+  function signedOut() {
+    keepDraft();
+    const box = document.querySelector("[data-composer-errors]");
+    if (!box) return;
+    const login = document.createElement("a");
+    login.href = `/accounts/login/?next=${encodeURIComponent(location.pathname)}`;
+    login.textContent = "sign in again";
+    box.replaceChildren("You were signed out; ", login, " (your message is kept).");
+  }
+
   document.addEventListener("htmx:sendError", () =>
     composerError("Could not reach the server. Your message is still here: press Enter to retry."),
   );
   document.addEventListener("htmx:responseError", (event) => {
-    if (event.detail.xhr.status !== 422) {
-      composerError(`The server answered ${event.detail.xhr.status}. Your message is still here: press Enter to retry.`);
+    const status = event.detail.xhr.status;
+    if (status === 401) signedOut();
+    else if (status !== 422 && status !== 429) {
+      composerError(`The server answered ${status}. Your message is still here: press Enter to retry.`);
     }
   });
   document.addEventListener("htmx:oobAfterSwap", (event) => {
@@ -154,8 +183,11 @@
         sync(unfinishedIds());
       });
       socket.addEventListener("message", (message) => receive(JSON.parse(message.data)));
-      socket.addEventListener("close", () => {
-        setLive("reconnecting…", false);
+      socket.addEventListener("close", (closed) => {
+        if (closed.code === SESSION_ENDED) {
+          setLive("signed out", false);
+          signedOut();
+        } else setLive("reconnecting…", false);
         failures += 1;
         setTimeout(open, Math.min(10000, 250 * 2 ** failures));
       });
@@ -165,6 +197,7 @@
   }
 
   document.addEventListener("DOMContentLoaded", () => {
+    restoreDraft();
     const main = document.getElementById("conversation");
     if (main) liveChannel(main);
     window.scrollTo(0, document.scrollingElement.scrollHeight);

@@ -136,3 +136,59 @@ def test_login_and_logout(client, user):
     assert client.get(reverse("chat:home")).status_code == 200
     client.post(reverse("logout"))
     assert client.get(reverse("chat:home")).status_code == 302
+
+
+def test_a_user_over_the_send_limit_gets_the_wait_and_keeps_the_text(
+    owner_client, conversation, settings
+):
+    settings.CONTINUITY_SEND_RATE = "3/minute"
+    for number in range(3):
+        assert send(owner_client, conversation, f"m{number}", headers=HTMX).status_code == 200
+    client_id = uuid.uuid4()
+    response = send(owner_client, conversation, "one too many", client_id, headers=HTMX)
+    html = response.content.decode()
+    assert response.status_code == 429
+    assert 0 < int(response["Retry-After"]) <= 60
+    assert f"Wait {response['Retry-After']} s, then send again" in html
+    assert "one too many</textarea>" in html and str(client_id) in html  # same id on resend
+    assert Message.objects.count() == 3
+
+
+def test_the_send_limit_is_per_user(client, settings):
+    settings.CONTINUITY_SEND_RATE = "2/minute"
+    first, second = ConversationFactory(), ConversationFactory()
+    for conversation in (first, second):
+        client.force_login(conversation.owner)
+        statuses = [send(client, conversation, f"m{n}", headers=HTMX).status_code for n in range(3)]
+        assert statuses == [200, 200, 429]
+
+
+def test_starting_conversations_is_limited_too(owner_client, settings):
+    settings.CONTINUITY_NEW_CONVERSATION_RATE = "2/minute"
+    statuses = [
+        owner_client.post(
+            reverse("chat:conversation_new"),
+            {"text": f"topic {n}", "client_id": str(uuid.uuid4())},
+            headers=HTMX,
+        ).status_code
+        for n in range(3)
+    ]
+    assert statuses == [200, 200, 429]
+    assert Conversation.objects.count() == 2
+
+
+def test_without_redis_the_limit_lets_messages_through(owner_client, conversation, settings):
+    from continuity.redis_server import free_port
+
+    settings.CONTINUITY_SEND_RATE = "1/minute"
+    settings.REDIS_URL = f"redis://127.0.0.1:{free_port()}/0"
+    for number in range(2):
+        assert send(owner_client, conversation, f"m{number}", headers=HTMX).status_code == 200
+    assert Message.objects.count() == 2
+
+
+def test_a_signed_out_htmx_send_gets_401_and_a_page_send_goes_to_login(client, conversation):
+    assert send(client, conversation, "hello?", headers=HTMX).status_code == 401
+    response = send(client, conversation, "hello?")
+    assert response.status_code == 302 and response["Location"].startswith(reverse("login"))
+    assert not Message.objects.exists()

@@ -1,0 +1,53 @@
+"""Per-user rate limits on what makes the workers busy: sending messages and starting
+conversations. Counted in Redis by the `limits` library, so every web server shares them."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import time
+
+from django.conf import settings
+from limits import RateLimitItem, parse_many
+from limits.errors import StorageError
+from limits.storage import storage_from_string
+from limits.strategies import MovingWindowRateLimiter
+
+logger = logging.getLogger(__name__)
+RATES = {
+    "send": "CONTINUITY_SEND_RATE",
+    "new_conversation": "CONTINUITY_NEW_CONVERSATION_RATE",
+}
+
+
+@functools.cache
+def limiter(redis_url: str) -> MovingWindowRateLimiter:
+    storage = storage_from_string(
+        redis_url, wrap_exceptions=True, socket_timeout=1, socket_connect_timeout=1
+    )
+    return MovingWindowRateLimiter(storage)
+
+
+def rates(action: str) -> list[RateLimitItem]:
+    return parse_many(getattr(settings, RATES[action]))
+
+
+def rate_limit_wait(*, action: str, user_id: int) -> int:
+    """0 if the user may do `action` now (and count it), else the seconds to wait first.
+
+    Fails open: when Redis cannot answer, nothing is refused (messages are stored in the
+    database, which does not need Redis).
+    """
+    key = str(user_id)
+    try:
+        checker = limiter(settings.REDIS_URL)
+        for rate in rates(action):
+            if not checker.test(rate, action, key):
+                reset_at = checker.get_window_stats(rate, action, key).reset_time
+                return max(1, math.ceil(reset_at - time.time()))
+        for rate in rates(action):
+            checker.hit(rate, action, key)
+    except StorageError:
+        logger.warning("Rate limit of %s not checked: Redis unavailable", action, exc_info=True)
+    return 0
