@@ -166,3 +166,32 @@ def test_a_crash_and_a_web_restart_mid_reply_leave_one_clean_reply(page: Page, p
     # nothing from the crashed attempt glued to the retry.
     assert all(expected.startswith(streamed) for _, streamed in shown), shown[-5:]
     page.screenshot(path=ARTIFACTS / "browser-recovered.png", full_page=True)
+
+
+def test_a_send_after_signing_out_elsewhere_keeps_the_text_for_after_sign_in(page: Page, site):
+    user = UserFactory()
+    conversation = ConversationFactory(owner=user)
+    log_in(page, site, user.username)
+    page.goto(f"{site.url}/c/{conversation.pk}/")
+    expect(page.locator("[data-live-indicator]")).to_have_text("live")
+
+    other_tab = page.context.new_page()
+    other_tab.goto(f"{site.url}/")
+    other_tab.get_by_role("button", name="Log out").click()
+    expect(other_tab).to_have_url(re.compile(r"/accounts/login/"))
+    # The first tab's socket is closed by the logout, not left streaming to a signed-out page.
+    expect(page.locator("[data-live-indicator]")).to_have_text("signed out")
+
+    page.get_by_label("Message").fill("Remember that the deploy is on Friday")
+    page.get_by_label("Message").press("Enter")
+    errors = page.locator("[data-composer-errors]")
+    expect(errors).to_have_text("You were signed out; sign in again (your message is kept).")
+    assert not Message.objects.filter(conversation=conversation).exists()
+
+    errors.get_by_role("link", name="sign in again").click()
+    page.get_by_label("Username").fill(user.username)
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    expect(page).to_have_url(f"{site.url}/c/{conversation.pk}/")
+    expect(page.get_by_label("Message")).to_have_value("Remember that the deploy is on Friday")
+    expect(page.locator("[data-live-indicator]")).to_have_text("live")
