@@ -6,6 +6,7 @@ from django.contrib.auth.forms import UserCreationForm
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
@@ -43,6 +44,7 @@ def composer_invalid(request: HttpRequest, conversation: Conversation | None, fo
     return render(request, PAGE, page_context(request, conversation, form), status=422)
 
 
+@never_cache
 @require_http_methods(["GET", "POST"])
 def signup(request: HttpRequest) -> HttpResponse:
     form = UserCreationForm(request.POST or None)
@@ -54,12 +56,14 @@ def signup(request: HttpRequest) -> HttpResponse:
     )
 
 
+@never_cache
 @require_GET
 @login_required
 def home(request: HttpRequest) -> HttpResponse:
     return render(request, PAGE, page_context(request, None, MessageForm.blank()))
 
 
+@never_cache
 @require_POST
 @login_required
 def conversation_new(request: HttpRequest) -> HttpResponse:
@@ -74,6 +78,7 @@ def conversation_new(request: HttpRequest) -> HttpResponse:
     return redirect(conversation_url(conversation))
 
 
+@never_cache
 @require_GET
 @login_required
 def conversation_detail(request: HttpRequest, pk: int) -> HttpResponse:
@@ -81,6 +86,7 @@ def conversation_detail(request: HttpRequest, pk: int) -> HttpResponse:
     return render(request, PAGE, page_context(request, conversation, MessageForm.blank()))
 
 
+@never_cache
 @require_POST
 @login_required
 def message_send(request: HttpRequest, pk: int) -> HttpResponse:
