@@ -49,7 +49,8 @@ def composer_invalid(request: HttpRequest, conversation: Conversation | None, fo
 def signup(request: HttpRequest) -> HttpResponse:
     form = UserCreationForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
-        login(request, form.save())
+        # Named because axes adds a second backend; a new account has no failures to count.
+        login(request, form.save(), backend="django.contrib.auth.backends.ModelBackend")
         return redirect("chat:home")
     return render(
         request, "registration/signup.html", {"form": form}, status=422 if form.errors else 200
