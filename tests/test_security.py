@@ -9,11 +9,13 @@ import stat
 import subprocess
 import sys
 import uuid
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from django.conf import settings
 from django.urls import reverse
+from django.utils import timezone
 
 from continuity.settings import local_secret_key
 from tests.factories import PASSWORD, ConversationFactory, UserFactory
@@ -66,6 +68,19 @@ def test_an_address_guessing_many_usernames_is_locked_out(client):
     assert log_in(client, LOGINS[0], victim.username, PASSWORD).status_code == 429
     # Another address may still log the victim in: the lock was on the address.
     assert logged_in(log_in(client, LOGINS[0], victim.username, PASSWORD, "192.0.2.1"))
+
+
+@pytest.mark.django_db
+def test_the_lockout_lifts_after_the_cool_off(client):
+    from axes.models import AccessAttempt
+
+    user = UserFactory()
+    for _ in range(LIMIT):
+        log_in(client, LOGINS[0], user.username, "wrong")
+    assert log_in(client, LOGINS[0], user.username, PASSWORD).status_code == 429
+    cool_off = timedelta(minutes=15)
+    AccessAttempt.objects.update(attempt_time=timezone.now() - cool_off - timedelta(seconds=1))
+    assert logged_in(log_in(client, LOGINS[0], user.username, PASSWORD))
 
 
 @pytest.mark.django_db
