@@ -163,6 +163,9 @@ AXES_COOLOFF_TIME = timedelta(minutes=env_float("LOGIN_COOLOFF_MINUTES", 15))
 AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_CALLABLE = "chat.lockout.lockout_response"
+# Failed attempts are kept (they expire after the cool-off); a row per successful login would
+# only grow, with addresses and user agents, and nothing here reads it.
+AXES_DISABLE_ACCESS_LOG = True
 # Behind reverse proxies, the client address comes from X-Forwarded-For (see chat/lockout.py);
 # without it every client would share the proxy's address, and one lockout would hit them all.
 TRUSTED_PROXY_COUNT = env_int("TRUSTED_PROXY_COUNT", 0)
