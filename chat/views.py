@@ -8,6 +8,7 @@ from django.contrib.auth.forms import UserCreationForm
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
@@ -81,23 +82,27 @@ def composer_too_fast(
     return response
 
 
+@never_cache
 @require_http_methods(["GET", "POST"])
 def signup(request: HttpRequest) -> HttpResponse:
     form = UserCreationForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
-        login(request, form.save())
+        # Named because axes adds a second backend; a new account has no failures to count.
+        login(request, form.save(), backend="django.contrib.auth.backends.ModelBackend")
         return redirect("chat:home")
     return render(
         request, "registration/signup.html", {"form": form}, status=422 if form.errors else 200
     )
 
 
+@never_cache
 @require_GET
 @login_required
 def home(request: HttpRequest) -> HttpResponse:
     return render(request, PAGE, page_context(request, None, MessageForm.blank()))
 
 
+@never_cache
 @require_POST
 @login_required_or_401
 def conversation_new(request: HttpRequest) -> HttpResponse:
@@ -114,6 +119,7 @@ def conversation_new(request: HttpRequest) -> HttpResponse:
     return redirect(conversation_url(conversation))
 
 
+@never_cache
 @require_GET
 @login_required
 def conversation_detail(request: HttpRequest, pk: int) -> HttpResponse:
@@ -121,6 +127,7 @@ def conversation_detail(request: HttpRequest, pk: int) -> HttpResponse:
     return render(request, PAGE, page_context(request, conversation, MessageForm.blank()))
 
 
+@never_cache
 @require_POST
 @login_required_or_401
 def message_send(request: HttpRequest, pk: int) -> HttpResponse:

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
 from continuity.models import Conversation
@@ -10,6 +11,7 @@ from continuity.selectors import message_counts_by_state
 from .decorators import staff_required
 
 
+@never_cache
 @require_GET
 @staff_required
 def index(request: HttpRequest) -> HttpResponse:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from html.parser import HTMLParser
 
 import pytest
@@ -82,3 +83,28 @@ def test_conversation_page_escapes_user_text_and_sanitizes_replies(
     exchange = exchange[: exchange.index("</article>")]
     assert active_content(exchange) == []
     assert escape(payload) in exchange  # the user's text is shown, as text
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        "![t](http://evil.example/pixel.png)",
+        '![t](https://evil.example/pixel.png "title")',
+        "![t][pixel]\n\n[pixel]: http://evil.example/pixel.png",
+        '<img src="http://evil.example/pixel.png">',
+        "![t](//evil.example/pixel.png)",
+    ],
+)
+def test_reply_images_never_load_from_another_origin(payload):
+    """A prompt-injected image URL would leak data without a click; images become links."""
+    html = markdown_to_safe_html(payload)
+    assert "<img" not in html
+    assert not re.search(r"<[^>]*\ssrc=", html)  # no element fetches anything by itself
+
+
+def test_a_reply_image_becomes_a_link_with_its_alt_text():
+    html = markdown_to_safe_html("![a pixel](http://evil.example/pixel.png)")
+    assert html.strip() == (
+        '<p><a href="http://evil.example/pixel.png" rel="noopener noreferrer nofollow">'
+        "a pixel</a></p>"
+    )

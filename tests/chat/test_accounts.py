@@ -1,0 +1,79 @@
+"""Account pages: signup shows its rules up front and its errors as errors; password change."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.urls import reverse
+
+from tests.factories import PASSWORD
+
+pytestmark = pytest.mark.django_db
+
+NEW_PASSWORD = "a brand new passphrase"
+
+
+def test_signup_shows_the_password_rules_before_any_submit(client):
+    html = client.get(reverse("signup")).content.decode()
+    assert "must contain at least 8 characters" in html
+    assert "can’t be entirely numeric" in html
+    assert 'id="id_password1_helptext"' in html
+    assert 'aria-describedby="id_password1_helptext"' in html
+    assert 'role="alert"' not in html
+
+
+def test_an_invalid_signup_marks_its_errors_as_errors(client):
+    response = client.post(
+        reverse("signup"), {"username": "ada", "password1": "123", "password2": "123"}
+    )
+    html = response.content.decode()
+    assert response.status_code == 422
+    field = re.search(r'<input[^>]*name="password2"[^>]*>', html).group(0)
+    assert 'aria-invalid="true"' in field and "id_password2_error" in field
+    alert = html[html.index('<div class="errors" role="alert">') :]
+    assert alert.index('id="id_password2_error"') < alert.index("</div>")
+    assert "This password is too short" in alert
+    assert not get_user_model().objects.filter(username="ada").exists()
+
+
+def test_the_top_bar_links_to_the_password_change_page(owner_client):
+    html = owner_client.get(reverse("chat:home")).content.decode()
+    assert f'href="{reverse("password_change")}"' in html
+
+
+def test_password_change_needs_login(client):
+    response = client.get(reverse("password_change"))
+    assert response.status_code == 302 and reverse("login") in response["Location"]
+
+
+def test_changing_the_password_keeps_this_session_and_retires_the_old_password(
+    client, owner_client, user
+):
+    response = owner_client.post(
+        reverse("password_change"),
+        {"old_password": PASSWORD, "new_password1": NEW_PASSWORD, "new_password2": NEW_PASSWORD},
+    )
+    assert response.status_code == 302
+    assert response["Location"] == reverse("password_change_done")
+    assert owner_client.get(reverse("chat:home")).status_code == 200  # still logged in
+    user.refresh_from_db()
+    assert user.check_password(NEW_PASSWORD) and not user.check_password(PASSWORD)
+
+    owner_client.logout()
+    login = reverse("login")
+    refused = owner_client.post(login, {"username": user.username, "password": PASSWORD})
+    assert refused.status_code == 200 and "_auth_user_id" not in owner_client.session
+    accepted = owner_client.post(login, {"username": user.username, "password": NEW_PASSWORD})
+    assert accepted.status_code == 302 and accepted["Location"] == reverse("chat:home")
+
+
+def test_a_wrong_old_password_is_shown_as_an_error(owner_client):
+    response = owner_client.post(
+        reverse("password_change"),
+        {"old_password": "nope", "new_password1": NEW_PASSWORD, "new_password2": NEW_PASSWORD},
+    )
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert 'role="alert"' in html and "Your old password was entered incorrectly" in html
