@@ -42,8 +42,9 @@ class Serve(ChildProcess):
         self.config = run_dir / "supervisord.conf"
         super().__init__(
             [sys.executable, str(Path(settings.BASE_DIR) / "manage.py"), "serve",
-             "--port", str(self.port), "--workers", str(workers)],
-            env=process_env(CONTINUITY_VAR_DIR=str(run_dir), **env),
+             "--workers", str(workers)],
+            # The port comes from PORT, as with `make run PORT=8001`.
+            env=process_env(CONTINUITY_VAR_DIR=str(run_dir), PORT=str(self.port), **env),
             log_path=artifact("serve"),
         )  # fmt: skip
 
