@@ -6,10 +6,12 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test lint format install clean
 
+# `make run PORT=8001` serves on 8001; `serve` also reads PORT from the environment.
 run: $(STAMP)
-	DEBUG=$${DEBUG:-1} $(BIN)/python manage.py serve
+	DEBUG=$${DEBUG:-1} $(BIN)/python manage.py serve $(if $(PORT),--port $(PORT))
 
 test: $(STAMP)
+	scripts/ensure-test-services
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

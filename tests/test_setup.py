@@ -1,0 +1,56 @@
+"""The set-up that `make run` and `make test` do themselves on a fresh machine."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+# The suite's session fixtures expect the test database; these tests do not touch it.
+pytestmark = pytest.mark.django_db
+BASE_DIR = Path(settings.BASE_DIR)
+ENSURE = BASE_DIR / "scripts" / "ensure-test-services"
+
+
+def run(argv: list[str], **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        argv, cwd=BASE_DIR, capture_output=True, text=True, timeout=60,
+        env={"PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", **env},
+    )  # fmt: skip
+
+
+def test_make_test_runs_the_set_up_before_pytest():
+    recipe = run(["make", "-n", "test"]).stdout.splitlines()
+    assert recipe.index("scripts/ensure-test-services") < next(
+        i for i, line in enumerate(recipe) if "pytest" in line
+    )
+
+
+def test_ci_only_calls_make_test():
+    lines = (BASE_DIR / ".ci" / "run").read_text().splitlines()
+    commands = [line for line in lines if line and not line.startswith(("#", "set ", "cd "))]
+    assert commands == ["make test"]
+
+
+def test_make_run_passes_the_port():
+    assert "serve --port 8123" in run(["make", "-n", "run", "PORT=8123"]).stdout
+
+
+def test_with_postgres_up_and_chromium_there_the_set_up_does_nothing():
+    result = run([str(ENSURE)], CONTINUITY_CHROMIUM="/bin/sh")
+    assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
+
+
+@pytest.mark.skipif(not shutil.which("setpriv"), reason="needs setpriv to drop root")
+def test_without_chromium_and_not_root_it_says_what_to_install():
+    result = run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", str(ENSURE)],
+        CONTINUITY_CHROMIUM="/nonexistent/chromium",
+        DATABASE_URL="postgres://elsewhere.invalid:5432/db",  # not ours to start
+    )
+    assert result.returncode == 1
+    assert result.stderr.count("\n") == 1
+    assert "apt-get install chromium" in result.stderr
