@@ -82,6 +82,7 @@
     keepDraft();
     const box = document.querySelector("[data-composer-errors]");
     if (!box) return;
+    box.dataset.signedOut = "true";
     const login = document.createElement("a");
     login.href = `/accounts/login/?next=${encodeURIComponent(location.pathname)}`;
     login.textContent = "sign in again";
@@ -178,6 +179,12 @@
       socket = new WebSocket(`${scheme}://${location.host}${main.dataset.wsPath}`);
       socket.addEventListener("open", () => {
         failures = 0;
+        // Signed in again (another tab, or this session survived a password change).
+        const errors = document.querySelector("[data-composer-errors][data-signed-out]");
+        if (errors) {
+          errors.textContent = "";
+          delete errors.dataset.signedOut;
+        }
         awaitingSync.clear();
         setLive("live", true);
         sync(unfinishedIds());
