@@ -10,12 +10,12 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import BooleanField, DateTimeField, ExpressionWrapper, Q
 from django.db.models.functions import Now
-from django.utils import timezone
 
 from .conversations import conversation_pause
 from .dead_letters import dead_letter_create
@@ -25,9 +25,11 @@ from .faults import fault_point
 from .heartbeats import stale_before, stale_run_ids
 from .inbox import conversation_enqueue, message_bump
 from .models import Conversation, CrashRecord, Message, Run
+from .workers import current_incarnation
 
 logger = logging.getLogger(__name__)
 CRASH_ERROR = "Heartbeat stopped: the worker process died or hung."
+DATABASE_LOST = "Database unavailable"
 
 
 def worker_identity() -> str:
@@ -36,17 +38,31 @@ def worker_identity() -> str:
 
 def backoff_delay(failures: int) -> timedelta:
     steps = settings.CONTINUITY_CRASH_BACKOFF_SECONDS
-    return timedelta(seconds=steps[min(failures, len(steps)) - 1])
+    return timedelta(seconds=steps[max(1, min(failures, len(steps))) - 1])
 
 
-def crash_window_start() -> datetime:
-    return timezone.now() - timedelta(seconds=settings.CONTINUITY_CRASH_WINDOW_SECONDS)
+def db_now_plus(delta: timedelta) -> ExpressionWrapper:
+    """A moment on the database's clock: hosts with skewed clocks still agree on it."""
+    return ExpressionWrapper(Now() + delta, output_field=DateTimeField())
+
+
+def crash_window_start() -> ExpressionWrapper:
+    return db_now_plus(-timedelta(seconds=settings.CONTINUITY_CRASH_WINDOW_SECONDS))
 
 
 def conversation_lock(conversation_id: int) -> Conversation | None:
     """Every transaction that changes an attempt locks its conversation first, then the run,
     then messages: one order everywhere, so no two of them can deadlock."""
-    return Conversation.objects.select_for_update().filter(pk=conversation_id).first()
+    return (
+        Conversation.objects.select_for_update()
+        .annotate(
+            backing_off=ExpressionWrapper(
+                Q(retry_at__isnull=False, retry_at__gt=Now()), output_field=BooleanField()
+            )
+        )
+        .filter(pk=conversation_id)
+        .first()
+    )
 
 
 def pending_messages(conversation_id: int):
@@ -60,13 +76,14 @@ def pending_messages(conversation_id: int):
 def attempt_begin(*, conversation_id: int, node: str = "") -> Run | None:
     """Start an attempt on the conversation's oldest pending message, or None when there is
     nothing to do now (paused, backing off, empty, or another live attempt holds the lease)."""
-    now = timezone.now()
+    # Asked before the lock: Redis may take a while to answer, and the lock blocks every writer.
+    stale_ids = stale_run_ids(Run.objects.filter(conversation_id=conversation_id))
     with transaction.atomic():
         conversation = conversation_lock(conversation_id)
         if conversation is None or conversation.state != Conversation.State.ACTIVE:
             return None
         if conversation.runs.filter(state=Run.State.RUNNING).exists():
-            for stale_id in stale_run_ids(conversation.runs.all()):
+            for stale_id in stale_ids:
                 attempt_end(
                     run_id=stale_id,
                     state=Run.State.CRASHED,
@@ -75,7 +92,7 @@ def attempt_begin(*, conversation_id: int, node: str = "") -> Run | None:
                     only_if_stale=True,
                 )
             return None
-        if conversation.retry_at and conversation.retry_at > now:
+        if conversation.backing_off:
             return None
         message = pending_messages(conversation_id).first()
         if message is None:
@@ -88,10 +105,11 @@ def attempt_begin(*, conversation_id: int, node: str = "") -> Run | None:
             message=message,
             attempt=attempt,
             node=node,
+            incarnation=current_incarnation(),
             worker=worker_identity(),
             heartbeat_at=Now(),
         )
-        run.refresh_from_db(fields=["heartbeat_at"])
+        run.refresh_from_db(fields=["heartbeat_at", "started_at"])
         transaction.on_commit(
             lambda: publish_message_changed(conversation_id=conversation_id, message_id=message.pk)
         )
@@ -106,7 +124,6 @@ def run_lock_owned(run: Run) -> None:
 
 def attempt_finish(*, run: Run, reply_text: str) -> Message:
     """Store the reply, mark the message done and the run completed, in one transaction."""
-    now = timezone.now()
     with transaction.atomic():
         conversation_lock(run.conversation_id)
         run_lock_owned(run)
@@ -118,8 +135,8 @@ def attempt_finish(*, run: Run, reply_text: str) -> Message:
             reply_to_id=run.message_id,
         )
         message_bump(message_id=run.message_id, state=Message.State.DONE)
-        Run.objects.filter(pk=run.pk).update(state=Run.State.COMPLETED, ended_at=now)
-        Conversation.objects.filter(pk=run.conversation_id).update(retry_at=None, updated_at=now)
+        Run.objects.filter(pk=run.pk).update(state=Run.State.COMPLETED, ended_at=Now())
+        Conversation.objects.filter(pk=run.conversation_id).update(retry_at=None, updated_at=Now())
         if pending_messages(run.conversation_id).exclude(pk=run.message_id).exists():
             conversation_enqueue(conversation_id=run.conversation_id)
         transaction.on_commit(
@@ -145,17 +162,17 @@ def attempt_end(
     """End a running attempt that did not produce a reply; False if it had already ended (or,
     with `only_if_stale`, if it has heartbeaten since it was judged dead).
 
-    Then exactly one of: give the attempt back (planned interruption), dead-letter the message
-    (permanent error or attempts used up), pause the conversation (crash loop), or back off.
+    Then exactly one of: give the attempt back (an interruption: planned shutdown or database
+    outage), dead-letter the message (permanent error, attempts or interruptions used up), pause
+    the conversation (crash loop), or back off.
     """
-    now = timezone.now()
     conversation_id = Run.objects.filter(pk=run_id).values_list("conversation_id", flat=True)
     if not conversation_id or conversation_lock(conversation_id[0]) is None:
         return False
     running = Run.objects.filter(pk=run_id, state=Run.State.RUNNING)
     if only_if_stale:
         running = running.filter(heartbeat_at__lt=stale_before())
-    if not running.update(state=state, ended_at=now, error=error, traceback=traceback):
+    if not running.update(state=state, ended_at=Now(), error=error, traceback=traceback):
         return False
     run = Run.objects.select_related("message", "conversation").get(pk=run_id)
     message, conversation = run.message, run.conversation
@@ -165,11 +182,8 @@ def attempt_end(
             conversation=conversation, message=message, run=run, detected_by=detected_by
         )
     if state == Run.State.INTERRUPTED:
-        # A planned shutdown is not the message's fault: it does not use up an attempt.
-        message_bump(
-            message_id=message.pk, state=Message.State.QUEUED, attempts=message.attempts - 1
-        )
-        conversation_enqueue(conversation_id=conversation.pk)
+        if message_give_back(message=message, conversation=conversation, error=error):
+            return True
     elif permanent or message.attempts >= settings.CONTINUITY_MAX_ATTEMPTS:
         reason = error if permanent else f"Gave up after {message.attempts} attempts. {error}"
         dead_letter_create(message=message, reason=reason)
@@ -178,7 +192,10 @@ def attempt_end(
         message_bump(message_id=message.pk, state=Message.State.QUEUED)
         if conversation.state == Conversation.State.ACTIVE:
             conversation_back_off_or_pause(
-                conversation=conversation, crashed=state == Run.State.CRASHED, error=error
+                conversation=conversation,
+                message=message,
+                crashed=state == Run.State.CRASHED,
+                error=error,
             )
     transaction.on_commit(
         lambda: publish_message_changed(conversation_id=conversation.pk, message_id=message.pk)
@@ -186,10 +203,35 @@ def attempt_end(
     return True
 
 
+def message_give_back(*, message: Message, conversation: Conversation, error: str) -> bool:
+    """An interruption is not the message's fault: it does not use up an attempt. It has its own
+    cap, so a message that provokes restarts cannot loop forever; True if it dead-lettered it."""
+    interruptions = message.interruptions + 1
+    if interruptions > settings.CONTINUITY_MAX_INTERRUPTIONS:
+        dead_letter_create(
+            message=message, reason=f"Interrupted {message.interruptions} times. Last: {error}"
+        )
+        return True
+    message_bump(
+        message_id=message.pk,
+        state=Message.State.QUEUED,
+        attempts=message.attempts - 1,
+        interruptions=interruptions,
+    )
+    if error.startswith(DATABASE_LOST):
+        # Give the database time to settle; a planned shutdown resumes at once.
+        Conversation.objects.filter(pk=conversation.pk).update(
+            retry_at=db_now_plus(backoff_delay(interruptions))
+        )
+    conversation_enqueue(conversation_id=conversation.pk)
+    return False
+
+
 def conversation_back_off_or_pause(
-    *, conversation: Conversation, crashed: bool, error: str
+    *, conversation: Conversation, message: Message, crashed: bool, error: str
 ) -> None:
-    """Wait longer after each recent failure; pause after too many recent unresolved crashes."""
+    """Wait longer after each recent failure of this message; pause the conversation after too
+    many recent unresolved crashes."""
     since = crash_window_start()
     crashes = CrashRecord.objects.filter(
         conversation=conversation, resolved_at=None, detected_at__gte=since
@@ -201,9 +243,10 @@ def conversation_back_off_or_pause(
             f"last: {error}",
         )
         return
-    failures = conversation.runs.filter(
+    # Counted per message: a dead-lettered poison message must not make its successor wait long.
+    failures = message.runs.filter(
         state__in=[Run.State.CRASHED, Run.State.FAILED], ended_at__gte=since
     ).count()
     Conversation.objects.filter(pk=conversation.pk).update(
-        retry_at=timezone.now() + backoff_delay(failures)
+        retry_at=db_now_plus(backoff_delay(failures))
     )

@@ -10,7 +10,7 @@ from datetime import timedelta
 
 import redis
 from django.conf import settings
-from django.db import DatabaseError, close_old_connections, connection
+from django.db import DatabaseError, InterfaceError, close_old_connections, connection
 from django.db.models import DateTimeField, ExpressionWrapper, QuerySet
 from django.db.models.functions import Now
 
@@ -102,6 +102,10 @@ class Beat:
                 if not self.beat():
                     self.stopped.set()
                     return
+        except Exception:
+            # A heartbeat that died silently would let its attempt run on unfenced until reaped.
+            logger.exception("Heartbeat %s failed; stopping its work", self._thread.name)
+            self.stopped.set()
         finally:
             connection.close()
 
@@ -124,18 +128,22 @@ class RunHeartbeat(Beat):
         key_delete(run_key(self.run_id))
 
     def beat(self) -> bool:
+        # The Redis key says "this process is alive", whatever the database does: during a
+        # database outage the rows go stale, and the key alone keeps the attempt from being
+        # reaped as crashed.
+        key_refresh(run_key(self.run_id))
         close_old_connections()  # reconnect after a database restart instead of failing forever
         try:
             owned = Run.objects.filter(pk=self.run_id, state=Run.State.RUNNING).update(
                 heartbeat_at=Now()
             )
-        except DatabaseError:
+        except (DatabaseError, InterfaceError):
             logger.warning("Run %s heartbeat not written", self.run_id, exc_info=True)
             return True
         if not owned:
             logger.warning("Run %s was ended elsewhere; stopping this attempt", self.run_id)
+            key_delete(run_key(self.run_id))
             return False
-        key_refresh(run_key(self.run_id))
         return True
 
 
@@ -148,7 +156,7 @@ class WorkerHeartbeat(Beat):
         close_old_connections()
         try:
             Worker.objects.filter(name=self.name).update(last_seen_at=Now())
-        except DatabaseError:
+        except (DatabaseError, InterfaceError):
             logger.warning("Worker %s heartbeat not written", self.name, exc_info=True)
         key_refresh(worker_key(self.name))
         return True

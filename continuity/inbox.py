@@ -8,6 +8,7 @@ import uuid
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from .errors import InvalidMessage
@@ -48,7 +49,7 @@ def conversation_enqueue(*, conversation_id: int) -> None:
     The stored pending message, not this broker message, is the real outbox: if the send is lost
     (process death right after commit, Redis down or flushed), the watchdog sends it again.
     """
-    Conversation.objects.filter(pk=conversation_id).update(enqueued_at=timezone.now())
+    Conversation.objects.filter(pk=conversation_id).update(enqueued_at=Now())
     transaction.on_commit(lambda: drain_send(conversation_id=conversation_id))
 
 

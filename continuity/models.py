@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.db.models.functions import Now
 
 
 class Conversation(models.Model):
@@ -72,6 +73,11 @@ class Message(models.Model):
     attempts = models.PositiveIntegerField(
         default=0, help_text="Processing attempts started; committed before each attempt's work."
     )
+    interruptions = models.PositiveIntegerField(
+        default=0,
+        help_text="Attempts given back without counting (planned shutdown, database outage); "
+        "capped by CONTINUITY_MAX_INTERRUPTIONS so a message cannot loop forever.",
+    )
     version = models.PositiveIntegerField(
         default=1, help_text="Bumped on every change so browsers never apply an older rendering."
     )
@@ -109,7 +115,7 @@ class Run(models.Model):
         RUNNING = "running", "Running"
         COMPLETED = "completed", "Completed"
         CRASHED = "crashed", "Crashed"
-        INTERRUPTED = "interrupted", "Interrupted (planned shutdown)"
+        INTERRUPTED = "interrupted", "Interrupted (planned shutdown or database outage)"
         FAILED = "failed", "Failed"
 
     conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="runs")
@@ -117,8 +123,15 @@ class Run(models.Model):
     attempt = models.PositiveIntegerField()
     state = models.CharField(max_length=16, choices=State.choices, default=State.RUNNING)
     node = models.CharField(max_length=255, blank=True, help_text="Celery node name.")
+    incarnation = models.CharField(
+        max_length=32,
+        blank=True,
+        help_text="Id of the worker start that ran this attempt: a restarted node, or a second "
+        "worker misconfigured with the same node name, never mistakes it for its own.",
+    )
     worker = models.CharField(max_length=255, blank=True, help_text="hostname:pid of the process.")
-    started_at = models.DateTimeField(auto_now_add=True)
+    # Times that the watchdog compares are taken on the database's clock, never a host's.
+    started_at = models.DateTimeField(db_default=Now())
     ended_at = models.DateTimeField(null=True, blank=True)
     heartbeat_at = models.DateTimeField()
     error = models.TextField(blank=True)
@@ -188,7 +201,7 @@ class CrashRecord(models.Model):
     conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="crashes")
     message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="crashes")
     run = models.OneToOneField(Run, on_delete=models.CASCADE, related_name="crash")
-    detected_at = models.DateTimeField(auto_now_add=True)
+    detected_at = models.DateTimeField(db_default=Now())
     detected_by = models.CharField(max_length=16, choices=Detector.choices)
     resolved_at = models.DateTimeField(
         null=True,
@@ -257,6 +270,7 @@ class Worker(models.Model):
     """A Celery worker node as it announced itself."""
 
     name = models.CharField(max_length=255, unique=True, help_text="Celery node name.")
+    incarnation = models.CharField(max_length=32, blank=True, help_text="Id of the latest start.")
     hostname = models.CharField(max_length=255)
     pid = models.PositiveIntegerField()
     started_at = models.DateTimeField()

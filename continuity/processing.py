@@ -10,13 +10,14 @@ import logging
 import time
 import traceback
 from collections.abc import Callable, Iterable
+from functools import partial
 from threading import Event
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import InterfaceError, OperationalError, connection, transaction
 
-from .attempts import attempt_begin, attempt_end, attempt_finish, run_lock_owned
+from .attempts import DATABASE_LOST, attempt_begin, attempt_end, attempt_finish, run_lock_owned
 from .brains import Brain, Context, Turn, brain_load
 from .errors import AttemptStopped, PermanentError
 from .events import publish_reply_chunk
@@ -26,6 +27,8 @@ from .models import Checkpoint, MemoryFact, Message, ReplyChunk, Run
 logger = logging.getLogger(__name__)
 # Failures that the same input will hit again on every retry: dead-letter at once.
 PERMANENT_ERRORS = (PermanentError, ValidationError)
+# The database went away (restart, failover, network) or timed out: not the message's fault.
+DATABASE_ERRORS = (OperationalError, InterfaceError)
 
 
 def drain_conversation(*, conversation_id: int, node: str = "") -> None:
@@ -44,14 +47,52 @@ def attempt_execute(*, run: Run, brain: Brain) -> None:
             attempt_finish(run=run, reply_text=reply_text)
         except AttemptStopped as stop:
             logger.info("Attempt stopped: %s", stop)
-        except Exception as exc:  # any failure of a step is recorded, then retried or given up
-            attempt_end(
-                run_id=run.pk,
-                state=Run.State.FAILED,
-                error=f"{type(exc).__name__}: {exc}",
-                traceback=traceback.format_exc(),
-                permanent=isinstance(exc, PERMANENT_ERRORS),
+        except DATABASE_ERRORS as exc:
+            # Given back like a planned interruption: no crash, no attempt used up.
+            record_when_database_returns(
+                partial(
+                    attempt_end,
+                    run_id=run.pk,
+                    state=Run.State.INTERRUPTED,
+                    error=f"{DATABASE_LOST}: {type(exc).__name__}: {exc}",
+                ),
+                stopped=heartbeat.stopped,
             )
+        except Exception as exc:  # any failure of a step is recorded, then retried or given up
+            record_when_database_returns(
+                partial(
+                    attempt_end,
+                    run_id=run.pk,
+                    state=Run.State.FAILED,
+                    error=f"{type(exc).__name__}: {exc}",
+                    traceback=traceback.format_exc(),
+                    permanent=isinstance(exc, PERMANENT_ERRORS),
+                ),
+                stopped=heartbeat.stopped,
+            )
+
+
+def record_when_database_returns(record: Callable[[], object], *, stopped: Event) -> None:
+    """Record how an attempt ended, on a fresh connection, retrying while the database is away.
+
+    The heartbeat keeps the attempt's Redis key alive meanwhile, so the watchdog does not take
+    the attempt for crashed. After CONTINUITY_DATABASE_RETRY_SECONDS it gives up: the attempt
+    then ends unrecorded, and the watchdog reaps it once its heartbeat lapses.
+    """
+    deadline = time.monotonic() + settings.CONTINUITY_DATABASE_RETRY_SECONDS
+    pause = 0.25
+    while True:
+        connection.close()  # the failed connection is unusable; never record through it
+        try:
+            record()
+            return
+        except DATABASE_ERRORS:
+            if stopped.is_set() or time.monotonic() + pause > deadline:
+                logger.exception("Could not record the end of an attempt; the watchdog will")
+                return
+            logger.warning("Database unavailable; retrying in %.2f s", pause)
+            time.sleep(pause)
+            pause = min(pause * 2, 5.0)
 
 
 def steps_run(*, run: Run, brain: Brain, stopped: Event) -> str:
@@ -103,19 +144,23 @@ def step(
 
 def context_refs(message: Message) -> dict:
     """Which earlier turns and facts this answer is based on, by reference."""
-    earlier = (
+    earlier = list(
         Message.objects.filter(
             conversation_id=message.conversation_id,
             role=Message.Role.USER,
             state=Message.State.DONE,
             id__lt=message.pk,
         )
-        .select_related("reply")
-        .order_by("-id")[: settings.CONTINUITY_HISTORY_TURNS]
+        .order_by("-id")
+        .values_list("pk", flat=True)[: settings.CONTINUITY_HISTORY_TURNS]
     )
+    # A reply that staff deleted leaves its question without an answer, not the context broken.
+    replies = dict(Message.objects.filter(reply_to_id__in=earlier).values_list("reply_to_id", "pk"))
     history_ids: list[int] = []
-    for user_message in reversed(earlier):
-        history_ids += [user_message.pk, user_message.reply.pk]
+    for user_message_id in reversed(earlier):
+        history_ids.append(user_message_id)
+        if user_message_id in replies:
+            history_ids.append(replies[user_message_id])
     return {"history": history_ids}
 
 
@@ -168,7 +213,8 @@ def chunk_store(*, run: Run, seq: int, text: str) -> None:
 
 
 def memory_store(*, message: Message, facts: dict[str, str]) -> None:
-    for key, value in facts.items():
+    # Rows are locked in key order, whatever order the brain gave: no two attempts deadlock.
+    for key, value in sorted(facts.items()):
         MemoryFact.objects.update_or_create(
             owner_id=message.conversation.owner_id,
             key=key,

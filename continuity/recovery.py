@@ -12,12 +12,13 @@ from datetime import timedelta
 import redis
 from django.conf import settings
 from django.db.models import Exists, F, OuterRef, Q
-from django.utils import timezone
+from django.db.models.functions import Now
 
-from .attempts import CRASH_ERROR, attempt_end, pending_messages
+from .attempts import CRASH_ERROR, attempt_end, db_now_plus, pending_messages
 from .heartbeats import redis_client, stale_run_ids
 from .inbox import conversation_enqueue, drains_waiting
 from .models import Conversation, CrashRecord, Run
+from .workers import current_incarnation, process_gone
 
 logger = logging.getLogger(__name__)
 
@@ -57,14 +58,13 @@ def due_conversation_ids() -> list[int]:
 
 
 def stalled_conversation_ids() -> list[int]:
-    now = timezone.now()
-    lost_before = now - timedelta(seconds=settings.CONTINUITY_REQUEUE_AFTER_SECONDS)
+    lost_before = db_now_plus(-timedelta(seconds=settings.CONTINUITY_REQUEUE_AFTER_SECONDS))
     has_pending = Exists(pending_messages(OuterRef("pk")).values("pk"))
     has_live_run = Exists(Run.objects.filter(conversation=OuterRef("pk"), state=Run.State.RUNNING))
     return list(
         Conversation.objects.filter(has_pending, state=Conversation.State.ACTIVE)
         .exclude(has_live_run)
-        .filter(Q(retry_at__isnull=True) | Q(retry_at__lte=now))
+        .filter(Q(retry_at__isnull=True) | Q(retry_at__lte=Now()))
         .filter(
             Q(enqueued_at__isnull=True)
             | Q(enqueued_at__lt=lost_before)
@@ -89,8 +89,13 @@ def broker_reachable() -> bool:
         return False
 
 
-def watchdog_tick(*, detected_by: str = CrashRecord.Detector.WATCHDOG) -> dict[str, int]:
-    reaped = runs_reap(run_ids=stale_run_ids(Run.objects.all()), detected_by=detected_by)
+def watchdog_tick(
+    *, detected_by: str = CrashRecord.Detector.WATCHDOG, reap: bool = True
+) -> dict[str, int]:
+    """One sweep. `reap=False` right after the caller lost the database: attempts could not
+    write their heartbeats meanwhile, so their rows look stale until they next beat."""
+    stale = stale_run_ids(Run.objects.all()) if reap else []
+    reaped = runs_reap(run_ids=stale, detected_by=detected_by)
     due = due_conversation_ids()
     if due and not broker_reachable():
         # Each send would wait out its publish retries: try them all on a later sweep instead.
@@ -107,28 +112,38 @@ def watchdog_tick(*, detected_by: str = CrashRecord.Detector.WATCHDOG) -> dict[s
 
 
 def worker_start_scan(*, node: str) -> dict[str, int]:
-    """A node that starts cannot have live attempts yet: whatever it still holds is from a
-    previous incarnation that died, so reap it now instead of waiting for its heartbeat TTL."""
-    previous = list(
-        Run.objects.filter(state=Run.State.RUNNING, node=node).values_list("pk", flat=True)
+    """A node that starts cannot have live attempts yet: what earlier incarnations of its name
+    left running on this host with a process that is gone is reaped at once, without waiting
+    for the heartbeat TTL. Anything else (a live second worker misconfigured with the same
+    name, another host) is left to the ordinary staleness check of the sweep that follows."""
+    earlier = Run.objects.filter(state=Run.State.RUNNING, node=node).exclude(
+        incarnation=current_incarnation()
     )
+    dead = [pk for pk, worker in earlier.values_list("pk", "worker") if process_gone(worker)]
     reaped = runs_reap(
-        run_ids=previous, detected_by=CrashRecord.Detector.WORKER_START, only_if_stale=False
+        run_ids=dead, detected_by=CrashRecord.Detector.WORKER_START, only_if_stale=False
     )
     result = watchdog_tick(detected_by=CrashRecord.Detector.WORKER_START)
     return {**result, "reaped": result["reaped"] + reaped}
 
 
-def runs_interrupt(*, node: str) -> int:
-    """Planned shutdown of a node: its attempts become interrupted (their heartbeats then stop
-    them) and their conversations are re-enqueued for the next worker."""
+def runs_interrupt(*, node: str, rounds: int = 3) -> int:
+    """Planned shutdown of a node: this incarnation's attempts become interrupted (their
+    heartbeats then stop them) and their conversations are re-enqueued for the next worker.
+    Asked again after marking: an attempt whose start committed meanwhile is caught too."""
     interrupted = 0
-    for run_id in Run.objects.filter(state=Run.State.RUNNING, node=node).values_list(
-        "pk", flat=True
-    ):
-        interrupted += attempt_end(
-            run_id=run_id,
-            state=Run.State.INTERRUPTED,
-            error=f"Planned shutdown of worker {node}.",
+    for _ in range(rounds):
+        running = list(
+            Run.objects.filter(
+                state=Run.State.RUNNING, node=node, incarnation=current_incarnation()
+            ).values_list("pk", flat=True)
         )
+        if not running:
+            break
+        for run_id in running:
+            interrupted += attempt_end(
+                run_id=run_id,
+                state=Run.State.INTERRUPTED,
+                error=f"Planned shutdown of worker {node}.",
+            )
     return interrupted

@@ -95,6 +95,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "csp.middleware.CSPMiddleware",
+    "chat.middleware.DatabaseUnavailableMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -134,7 +135,17 @@ DATABASES = {
         conn_health_checks=True,
     )
 }
-if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # Fail fast instead of hanging when the database is away or a row stays locked: callers
+    # treat these errors as an outage and retry (see README "Failures").
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        {
+            "connect_timeout": env_int("DATABASE_CONNECT_TIMEOUT", 5),
+            "options": f"-c lock_timeout={env_int('DATABASE_LOCK_TIMEOUT_MS', 10_000)} "
+            f"-c statement_timeout={env_int('DATABASE_STATEMENT_TIMEOUT_MS', 60_000)}",
+        }
+    )
+elif DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["CONN_MAX_AGE"] = 0
     DATABASES["default"]["OPTIONS"] = {
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
@@ -264,10 +275,16 @@ CONTINUITY_REQUEUE_AFTER_SECONDS = env_float("CONTINUITY_REQUEUE_AFTER_SECONDS",
 CONTINUITY_WATCHDOG_SECONDS = env_float("CONTINUITY_WATCHDOG_SECONDS", 2)
 CONTINUITY_CHECKPOINT_RETENTION_DAYS = env_float("CONTINUITY_CHECKPOINT_RETENTION_DAYS", 14)
 CONTINUITY_PRUNE_EVERY_SECONDS = env_float("CONTINUITY_PRUNE_EVERY_SECONDS", 3600)
+# Attempts, resolved crashes, acknowledged alerts, handled dead letters and departed workers.
+CONTINUITY_HISTORY_RETENTION_DAYS = env_float("CONTINUITY_HISTORY_RETENTION_DAYS", 90)
 # A drain task waiting in the queue is marked in Redis, so a conversation has at most one: a
 # flood in one conversation cannot push everyone else's messages to the back of the queue. The
 # marker expires after this long in case its task was lost after the marker was set.
 CONTINUITY_DRAIN_MARKER_SECONDS = env_float("CONTINUITY_DRAIN_MARKER_SECONDS", 600)
+# Attempts given back (planned shutdown, database outage) before a message is dead-lettered.
+CONTINUITY_MAX_INTERRUPTIONS = env_int("CONTINUITY_MAX_INTERRUPTIONS", 10)
+# How long an attempt that lost the database keeps trying to record how it ended.
+CONTINUITY_DATABASE_RETRY_SECONDS = env_float("CONTINUITY_DATABASE_RETRY_SECONDS", 60)
 # Per-user limits on the web side ("N/second|minute|hour", several separated by ";").
 CONTINUITY_SEND_RATE = os.environ.get("CONTINUITY_SEND_RATE", "10/10 seconds;60/minute")
 CONTINUITY_NEW_CONVERSATION_RATE = os.environ.get(

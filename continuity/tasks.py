@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 from celery import shared_task
+from django.db import InterfaceError, OperationalError
 
 from . import processing
 from .inbox import drain_started
 
 
-@shared_task(bind=True, name="continuity.drain_conversation")
+# A database outage before the attempt begins is retried with backoff (up to ~10 min); an
+# outage during the attempt is handled inside it. The watchdog re-enqueues whatever remains.
+@shared_task(
+    bind=True,
+    name="continuity.drain_conversation",
+    autoretry_for=(OperationalError, InterfaceError),
+    retry_backoff=1,
+    retry_backoff_max=30,
+    max_retries=20,
+)
 def drain_conversation(self, conversation_id: int) -> None:
     drain_started(conversation_id=conversation_id)
     processing.drain_conversation(conversation_id=conversation_id, node=self.request.hostname or "")

@@ -5,12 +5,12 @@ from __future__ import annotations
 import logging
 import threading
 
-from celery.signals import worker_ready, worker_shutdown, worker_shutting_down
-from django.db import connection
+from celery.signals import worker_init, worker_ready, worker_shutdown, worker_shutting_down
+from django.db import DatabaseError, InterfaceError, close_old_connections, connection
 
 from .heartbeats import WorkerHeartbeat
 from .recovery import runs_interrupt, worker_start_scan
-from .workers import worker_announce, worker_stopped
+from .workers import incarnation_begin, worker_announce, worker_stopped
 
 logger = logging.getLogger(__name__)
 SHUTDOWN_HANDOFF_SECONDS = 15
@@ -18,9 +18,16 @@ SHUTDOWN_HANDOFF_SECONDS = 15
 _heartbeats: dict[str, WorkerHeartbeat] = {}
 
 
+@worker_init.connect
+def on_worker_init(sender, **kwargs) -> None:
+    # Before the pool is forked, so every pool process inherits this start's id.
+    incarnation_begin()
+
+
 @worker_ready.connect
 def on_worker_ready(sender, **kwargs) -> None:
     node = sender.hostname
+    close_old_connections()
     worker_announce(name=node)
     heartbeat = _heartbeats[node] = WorkerHeartbeat(node)
     heartbeat.start()
@@ -30,18 +37,21 @@ def on_worker_ready(sender, **kwargs) -> None:
 
 @worker_shutting_down.connect
 def on_worker_shutting_down(sender, sig=None, how=None, **kwargs) -> None:
-    # Runs inside the main process's signal handler: do the database work on a thread with its
-    # own connection, and bound the wait so a dead database cannot block the shutdown.
+    # Runs inside the main process's signal handler: do the database work on a daemon thread
+    # with its own connection, and bound the wait, so neither a dead database nor a held lock
+    # can keep the process from exiting.
     def interrupt() -> None:
         try:
             count = runs_interrupt(node=sender)
             logger.info(
                 "Worker %s shutting down (%s): %s attempt(s) interrupted", sender, how, count
             )
+        except (DatabaseError, InterfaceError):
+            logger.exception("Worker %s could not hand over its attempts", sender)
         finally:
             connection.close()
 
-    thread = threading.Thread(target=interrupt, name="shutdown-handoff")
+    thread = threading.Thread(target=interrupt, name="shutdown-handoff", daemon=True)
     thread.start()
     thread.join(SHUTDOWN_HANDOFF_SECONDS)
 
@@ -51,4 +61,8 @@ def on_worker_shutdown(sender, **kwargs) -> None:
     heartbeat = _heartbeats.pop(sender.hostname, None)
     if heartbeat is not None:
         heartbeat.stop()
-    worker_stopped(name=sender.hostname)
+    close_old_connections()  # the connection may predate a database restart
+    try:
+        worker_stopped(name=sender.hostname)
+    except (DatabaseError, InterfaceError):
+        logger.exception("Worker %s could not record that it stopped", sender.hostname)

@@ -1,25 +1,75 @@
-"""Worker nodes announce themselves so staff can see who is alive."""
+"""Worker nodes announce themselves so staff can see who is alive.
+
+Each start of a worker is an incarnation with its own id, inherited by its pool processes and
+stored on every attempt they make: a restarted node, or a second worker misconfigured with the
+same node name, then never takes another incarnation's live attempts for its own.
+"""
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
+import uuid
 
-from django.utils import timezone
+from django.db.models.functions import Now
 
-from .heartbeats import key_delete, key_refresh, worker_key
+from .heartbeats import key_delete, key_refresh, keys_alive, worker_key
 from .models import Worker
+
+logger = logging.getLogger(__name__)
+_incarnation = ""
+
+
+def incarnation_begin() -> str:
+    """Called in the worker's main process before its pool processes are forked."""
+    global _incarnation
+    _incarnation = uuid.uuid4().hex
+    return _incarnation
+
+
+def current_incarnation() -> str:
+    return _incarnation
+
+
+def process_gone(worker: str) -> bool:
+    """Whether the process named "host:pid" (as runs record it) is known to be dead: only a
+    process of this host can be checked; of another host nothing is known."""
+    host, _, pid = worker.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
 
 
 def worker_announce(*, name: str) -> Worker:
-    now = timezone.now()
+    previous = Worker.objects.filter(name=name, stopped_at=None).first()
+    if (
+        previous is not None
+        and previous.pid != os.getpid()
+        and keys_alive([worker_key(name)])
+        and not process_gone(f"{previous.hostname}:{previous.pid}")
+    ):
+        logger.error(
+            "Another live worker (%s:%s) already uses the node name %s: give every worker a "
+            "unique --hostname",
+            previous.hostname,
+            previous.pid,
+            name,
+        )
     worker, _ = Worker.objects.update_or_create(
         name=name,
         defaults={
+            "incarnation": current_incarnation(),
             "hostname": socket.gethostname(),
             "pid": os.getpid(),
-            "started_at": now,
-            "last_seen_at": now,
+            "started_at": Now(),
+            "last_seen_at": Now(),
             "stopped_at": None,
         },
     )
@@ -28,5 +78,5 @@ def worker_announce(*, name: str) -> Worker:
 
 
 def worker_stopped(*, name: str) -> None:
-    Worker.objects.filter(name=name).update(stopped_at=timezone.now())
+    Worker.objects.filter(name=name, incarnation=current_incarnation()).update(stopped_at=Now())
     key_delete(worker_key(name))

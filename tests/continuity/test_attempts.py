@@ -11,7 +11,7 @@ from django.utils import timezone
 from continuity.attempts import attempt_begin, attempt_end, backoff_delay
 from continuity.conversations import conversation_resume
 from continuity.errors import InvalidTransition
-from continuity.inbox import message_accept
+from continuity.inbox import conversation_enqueue, message_accept
 from continuity.models import Alert, Conversation, CrashRecord, DeadLetter, Message, Run
 
 pytestmark = pytest.mark.django_db
@@ -164,13 +164,83 @@ def test_only_one_attempt_holds_a_conversation(conversation):
     assert Run.objects.filter(state="running").count() == 1
 
 
-def test_backoff_follows_the_conversations_recent_failures(conversation):
+def retry_wait(conversation) -> timedelta:
+    conversation.refresh_from_db()
+    return conversation.retry_at - timezone.now()
+
+
+def test_backoff_follows_the_messages_own_failures(conversation):
     first, second = send(conversation, "a"), send(conversation, "b")
     crash(begin(conversation))
     Message.objects.filter(pk=first.pk).update(state="done")  # answered on its retry
     run = begin(conversation)
     assert run.message_id == second.pk
     attempt_end(run_id=run.pk, state="failed", error="RuntimeError: flaky")
+    assert retry_wait(conversation) == pytest.approx(timedelta(seconds=5), abs=timedelta(seconds=2))
+    attempt_end(run_id=begin(conversation).pk, state="failed", error="RuntimeError: flaky")
+    assert retry_wait(conversation) == pytest.approx(
+        timedelta(seconds=30), abs=timedelta(seconds=2)
+    )
+
+
+def test_after_a_poison_message_the_next_ones_first_failure_waits_the_first_step(conversation):
+    poison, after = send(conversation, "poison"), send(conversation, "after")
+    for _ in range(3):
+        crash(begin(conversation))
+    assert Message.objects.get(pk=poison.pk).state == "dead"
+    run = begin(conversation)
+    assert run.message_id == after.pk
+    attempt_end(run_id=run.pk, state="failed", error="RuntimeError: flaky")
+    assert retry_wait(conversation) == pytest.approx(timedelta(seconds=5), abs=timedelta(seconds=2))
+
+
+@pytest.mark.parametrize("skew_seconds", [-30, 30])
+def test_backoff_and_crash_times_use_the_database_clock(conversation, monkeypatch, skew_seconds):
+    """A worker whose clock is off by half a minute still backs off 5 s on the database's."""
+    from django.db import connection
+
+    message = send(conversation)
+    run = begin(conversation)
+    skewed = timezone.now() + timedelta(seconds=skew_seconds)
+    monkeypatch.setattr(timezone, "now", lambda: skewed)
+    crash(run)
+    conversation_enqueue(conversation_id=conversation.pk)
+    monkeypatch.undo()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement_timestamp()")
+        (db_now,) = cursor.fetchone()
     conversation.refresh_from_db()
-    wait = conversation.retry_at - timezone.now()
-    assert wait == pytest.approx(timedelta(seconds=30), abs=timedelta(seconds=2))
+    run.refresh_from_db()
+    crash_record = CrashRecord.objects.get(message=message)
+    assert conversation.retry_at - db_now == pytest.approx(
+        timedelta(seconds=5), abs=timedelta(seconds=2)
+    )
+    for moment in (run.ended_at, crash_record.detected_at, conversation.enqueued_at):
+        assert abs(moment - db_now) < timedelta(seconds=5)
+
+
+def test_a_planned_interruption_counts_apart_and_is_capped(conversation, settings):
+    settings.CONTINUITY_MAX_INTERRUPTIONS = 2
+    message = send(conversation)
+    for expected in (1, 2):
+        attempt_end(run_id=begin(conversation).pk, state="interrupted", error="Planned shutdown")
+        message.refresh_from_db()
+        assert (message.state, message.attempts, message.interruptions) == (
+            "queued",
+            0,
+            expected,
+        )
+    attempt_end(run_id=begin(conversation).pk, state="interrupted", error="Planned shutdown")
+    message.refresh_from_db()
+    assert message.state == "dead"
+    assert "Interrupted 2 times" in DeadLetter.objects.get(message=message).reason
+
+
+def test_a_database_outage_gives_the_attempt_back_with_a_backoff(conversation):
+    message = send(conversation)
+    run = begin(conversation)
+    attempt_end(run_id=run.pk, state="interrupted", error="Database unavailable: OperationalError")
+    message.refresh_from_db()
+    assert (message.state, message.attempts, message.interruptions) == ("queued", 0, 1)
+    assert not CrashRecord.objects.exists()
+    assert retry_wait(conversation) == pytest.approx(timedelta(seconds=5), abs=timedelta(seconds=2))

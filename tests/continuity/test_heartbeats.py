@@ -64,3 +64,73 @@ def test_staleness_needs_an_old_row_and_no_redis_key(run):
     with RunHeartbeat(run.pk):  # writes the key at once
         Run.objects.filter(pk=run.pk).update(heartbeat_at=timezone.now() - timedelta(seconds=5))
         assert stale_run_ids(runs) == []
+
+
+def test_the_redis_key_is_refreshed_while_the_database_is_away(run):
+    from continuity.heartbeats import redis_client
+    from tests.outages import database_refuses_connections
+
+    key = run_key(run.pk)
+    with RunHeartbeat(run.pk) as heartbeat:
+        with database_refuses_connections():
+            redis_client().delete(key)  # only a beat during the outage can bring it back
+            wait_for(lambda: keys_alive([key]), timeout=5, what="a beat during the outage")
+            written = Run.objects.get(pk=run.pk).heartbeat_at
+        wait_for(
+            lambda: Run.objects.get(pk=run.pk).heartbeat_at > written,
+            timeout=5,
+            what="the row to be written again once the database is back",
+        )
+        assert not heartbeat.stopped.is_set()
+
+
+def test_a_heartbeat_that_breaks_unexpectedly_stops_its_attempt(settings):
+    from continuity.heartbeats import Beat
+
+    settings.CONTINUITY_HEARTBEAT_SECONDS = 0.05
+
+    class Broken(Beat):
+        def beat(self) -> bool:
+            raise RuntimeError("unexpected")
+
+    broken = Broken("broken")
+    broken.start()
+    wait_for(broken.stopped.is_set, timeout=5, what="the attempt to be told to stop")
+    broken.stop()
+
+
+def test_attempt_begin_asks_redis_before_it_locks_the_conversation(run, monkeypatch):
+    """A slow Redis must not hold the conversation's row lock, which blocks every writer."""
+    import socket
+    import threading
+
+    import redis
+    from django.db import connection, transaction
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    from continuity import heartbeats
+    from continuity.models import Conversation
+
+    Run.objects.filter(pk=run.pk).update(heartbeat_at=timezone.now() - timedelta(seconds=5))
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen()  # accepts connections, never answers
+    stalled = redis.Redis(
+        port=silent.getsockname()[1], socket_timeout=1, retry=Retry(NoBackoff(), 0)
+    )
+    monkeypatch.setattr(heartbeats, "redis_client", lambda: stalled)
+    asking = threading.Thread(target=lambda: attempt_begin(conversation_id=run.conversation_id))
+    asking.start()
+    try:
+        wait_for(
+            lambda: len(silent.accept()[0].getsockname()) > 0,
+            timeout=5,
+            what="attempt_begin to ask Redis",
+        )
+        with transaction.atomic():
+            Conversation.objects.select_for_update(nowait=True).get(pk=run.conversation_id)
+    finally:
+        asking.join()
+        connection.close()
+        silent.close()

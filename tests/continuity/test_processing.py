@@ -137,3 +137,31 @@ def test_a_validation_error_dead_letters_at_once(conversation, monkeypatch):
     message.refresh_from_db()
     assert (message.state, message.attempts) == ("dead", 1)
     assert "ValidationError" in message.dead_letter.reason
+
+
+def test_a_reply_deleted_by_staff_does_not_break_the_next_answers(conversation):
+    first = send(conversation, "My name is Ada")
+    drain_conversation(conversation_id=conversation.pk)
+    Message.objects.filter(reply_to=first).delete()
+    question = send(conversation, "What's my name?")
+    drain_conversation(conversation_id=conversation.pk)
+    assert reply_of(question) == "Your name is **Ada**."
+
+
+def test_memory_rows_are_locked_in_key_order_whatever_order_the_brain_gives(conversation):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from continuity.processing import memory_store
+
+    message = send(conversation, "hello")
+    with CaptureQueriesContext(connection) as queries:
+        memory_store(message=message, facts={"name": "Ada", "goal": "ship", "likes": "tea"})
+    keys = [
+        key
+        for query in queries.captured_queries
+        if "FOR UPDATE" in query["sql"]
+        for key in ("goal", "likes", "name")
+        if f"'{key}'" in query["sql"]
+    ]
+    assert keys == ["goal", "likes", "name"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+import subprocess
 import uuid
 from datetime import timedelta
 
@@ -130,23 +132,43 @@ def test_conversations_that_must_not_be_sent_again(conversation, blocker):
     assert due_conversation_ids() == []
 
 
-def test_a_restarted_node_reaps_its_own_runs_without_waiting(conversation):
+def dead_pid() -> int:
+    process = subprocess.Popen(["true"])
+    process.wait()
+    return process.pid
+
+
+def test_a_restarted_node_reaps_its_earlier_incarnations_dead_runs_without_waiting(conversation):
     send(conversation)
     run = attempt_begin(conversation_id=conversation.pk, node="w1@host")
+    Run.objects.filter(pk=run.pk).update(
+        incarnation="earlier", worker=f"{socket.gethostname()}:{dead_pid()}"
+    )
     assert worker_start_scan(node="w2@host")["reaped"] == 0
     assert worker_start_scan(node="w1@host")["reaped"] == 1
     assert CrashRecord.objects.get(run=run).detected_by == "worker_start"
 
 
-def test_a_planned_shutdown_interrupts_only_that_nodes_runs(conversation, user):
-    other = Conversation.objects.create(owner=user)
+def test_a_live_attempt_of_a_worker_sharing_the_node_name_is_not_reaped(conversation):
     send(conversation)
-    send(other)
+    run = attempt_begin(conversation_id=conversation.pk, node="w1@host")
+    Run.objects.filter(pk=run.pk).update(incarnation="the other worker")  # its process lives
+    assert worker_start_scan(node="w1@host")["reaped"] == 0
+    assert Run.objects.get(pk=run.pk).state == "running"
+
+
+def test_a_planned_shutdown_interrupts_only_that_nodes_runs(conversation, user):
+    other, third = Conversation.objects.create(owner=user), Conversation.objects.create(owner=user)
+    for chat in (conversation, other, third):
+        send(chat)
     mine = attempt_begin(conversation_id=conversation.pk, node="w1@host")
     theirs = attempt_begin(conversation_id=other.pk, node="w2@host")
+    namesake = attempt_begin(conversation_id=third.pk, node="w1@host")
+    Run.objects.filter(pk=namesake.pk).update(incarnation="the other worker")
     assert runs_interrupt(node="w1@host") == 1
     assert Run.objects.get(pk=mine.pk).state == "interrupted"
     assert Run.objects.get(pk=theirs.pk).state == "running"
+    assert Run.objects.get(pk=namesake.pk).state == "running"
 
 
 @pytest.mark.django_db(transaction=True)  # the command manages its own connections

@@ -7,10 +7,11 @@ import time
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
-from django.db import close_old_connections
+from django.db import InterfaceError, OperationalError, close_old_connections, connection
 
+from continuity.heartbeats import heartbeat_ttl
 from continuity.recovery import watchdog_tick
-from continuity.retention import working_state_prune
+from continuity.retention import retention_prune
 
 logger = logging.getLogger("continuity.watchdog")
 
@@ -36,10 +37,15 @@ class Command(BaseCommand):
             signal.signal(sig, lambda *_: stop.set())
         logger.info("Watchdog started (every %ss)", interval)
         pruned_at = -float("inf")
+        database_lost_at = -float("inf")
         while not stop.is_set():
-            guarded(watchdog_tick)
+            # After losing the database, attempts could not refresh their rows either: wait a
+            # full heartbeat TTL for them to beat again before judging anyone dead.
+            settled = time.monotonic() - database_lost_at >= heartbeat_ttl().total_seconds()
+            if not guarded(watchdog_tick, reap=settled):
+                database_lost_at = time.monotonic()
             if time.monotonic() - pruned_at >= settings.CONTINUITY_PRUNE_EVERY_SECONDS:
-                guarded(working_state_prune)
+                guarded(retention_prune)
                 pruned_at = time.monotonic()
             if once:
                 break
@@ -47,10 +53,16 @@ class Command(BaseCommand):
         logger.info("Watchdog stopped")
 
 
-def guarded(job) -> None:
-    # The watchdog must outlive outages of what it watches: log, and try again next time.
+def guarded(job, **kwargs) -> bool:
+    """Run a job; False if it lost the database. The watchdog must outlive outages of what it
+    watches: it logs, and tries again next time."""
     close_old_connections()
     try:
-        job()
+        job(**kwargs)
+    except (OperationalError, InterfaceError):
+        logger.warning("Watchdog job %s: database unavailable", job.__name__, exc_info=True)
+        connection.close()
+        return False
     except Exception:
         logger.exception("Watchdog job %s failed", job.__name__)
+    return True

@@ -1,0 +1,36 @@
+"""A database outage answers 503 "try again", never a 500, and loses no typed text."""
+
+from __future__ import annotations
+
+import logging
+
+from django.db import InterfaceError, OperationalError
+from django.http import HttpRequest, HttpResponse
+from django.template.loader import render_to_string
+
+logger = logging.getLogger(__name__)
+RETRY_AFTER_SECONDS = 3
+
+
+class DatabaseUnavailableMiddleware:
+    """Turns a lost database into 503 with Retry-After. The composer keeps the text and sends
+    it again by itself with the same client id, so a retry that did get through before the
+    outage returns the stored message instead of a second one."""
+
+    def __init__(self, get_response) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        return self.get_response(request)
+
+    def process_exception(self, request: HttpRequest, exception: Exception):
+        if not isinstance(exception, OperationalError | InterfaceError):
+            return None
+        logger.warning("Database unavailable (%s %s): %s", request.method, request.path, exception)
+        # Rendered without the request: the session and the user live in the database too.
+        response = HttpResponse(
+            render_to_string("database_unavailable.html", {"seconds": RETRY_AFTER_SECONDS}),
+            status=503,
+        )
+        response["Retry-After"] = str(RETRY_AFTER_SECONDS)
+        return response

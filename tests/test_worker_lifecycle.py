@@ -1,0 +1,68 @@
+"""Worker starts and stops with real processes: shared node names, a stuck or lost database."""
+
+from __future__ import annotations
+
+import signal
+import uuid
+
+import psycopg
+import pytest
+from django.db import connection
+
+from continuity.inbox import message_accept
+from continuity.models import CrashRecord, Message, Worker
+from tests.factories import ConversationFactory
+from tests.outages import terminate_other_connections
+from tests.processes import WorkerProcess
+from tests.test_faults import LONG_REPLY, assert_promise_kept, run_states, wait_finished
+from tests.waiting import wait_for, wait_streaming
+
+pytestmark = [pytest.mark.fault, pytest.mark.django_db(transaction=True)]
+SLOW = {"CONTINUITY_BUILTIN_TOKEN_DELAY": "0.05"}
+
+
+def test_workers_sharing_a_node_name_leave_each_others_live_attempts_alone(processes):
+    node = f"twin-{uuid.uuid4().hex[:6]}@testhost"
+    first = processes.add(WorkerProcess(node=node, concurrency=1, **SLOW))
+    message = message_accept(
+        conversation=ConversationFactory(), text=LONG_REPLY, client_id=uuid.uuid4()
+    )
+    run = wait_streaming(message)
+    second = processes.add(WorkerProcess(node=node, concurrency=1, **SLOW))
+    wait_for(
+        lambda: Worker.objects.filter(name=node, pid=second.pid).exists(),
+        timeout=30,
+        what="the second worker to announce itself",
+    )
+    assert "Another live worker" in second.log()  # the misconfiguration is reported
+    second.signal(signal.SIGTERM)  # its planned shutdown must not interrupt the twin's attempt
+    second.popen.wait(timeout=30)
+    wait_finished([message])
+
+    assert run_states(message) == ["completed"]
+    assert Message.objects.get(pk=message.pk).runs.get().pk == run.pk
+    assert not CrashRecord.objects.exists()
+    assert first.alive()
+    assert_promise_kept([message])
+
+
+def test_a_stop_with_the_database_locked_does_not_hang(processes):
+    worker = processes.add(WorkerProcess(concurrency=1))
+    db = connection.settings_dict
+    with psycopg.connect(
+        host=db["HOST"] or "127.0.0.1", port=db["PORT"] or 5432, user=db["USER"], dbname=db["NAME"]
+    ) as blocker:
+        blocker.execute("LOCK TABLE continuity_run IN ACCESS EXCLUSIVE MODE")
+        worker.signal(signal.SIGTERM)
+        # The handoff cannot get at the runs while the lock is held: it gives up in bounded
+        # time instead of keeping the process alive.
+        wait_for(lambda: not worker.alive(), timeout=40, what="the worker to exit", every=0.2)
+        blocker.rollback()
+
+
+def test_a_worker_records_its_stop_after_its_connection_was_lost(processes):
+    worker = processes.add(WorkerProcess(concurrency=1))
+    terminate_other_connections()  # what a database restart does to the worker's sessions
+    worker.signal(signal.SIGTERM)
+    worker.popen.wait(timeout=30)
+    assert Worker.objects.get(name=worker.node).stopped_at is not None
