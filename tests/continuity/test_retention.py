@@ -53,3 +53,54 @@ def test_working_state_of_a_message_still_in_progress_is_kept(conversation):
 def test_negative_retention_is_refused():
     with pytest.raises(CommandError, match="must not be negative"):
         call_command("prune_checkpoints", "--days", "-1")
+
+
+def test_old_history_is_pruned_but_dead_letters_waiting_for_staff_are_kept(conversation):
+    from django.contrib.sessions.backends.db import SessionStore
+    from django.contrib.sessions.models import Session
+
+    from continuity.dead_letters import dead_letter_create
+    from continuity.models import Alert, CrashRecord, DeadLetter, Run, Worker
+    from continuity.retention import history_prune
+
+    old = answered(conversation)
+    waiting = message_accept(conversation=conversation, text="poison", client_id=uuid.uuid4())
+    handled = message_accept(conversation=conversation, text="bad", client_id=uuid.uuid4())
+    for message in (waiting, handled):
+        run = attempt_begin(conversation_id=conversation.pk)
+        assert run.message_id == message.pk
+        Run.objects.filter(pk=run.pk).update(state="crashed", ended_at=timezone.now())
+        CrashRecord.objects.create(
+            conversation=conversation, message=message, run=run, detected_by="watchdog"
+        )
+        dead_letter_create(message=message, reason="test")
+    DeadLetter.objects.filter(message=handled).update(status="discarded")
+    alert = Alert.objects.create(kind="conversation_paused", conversation=conversation, text="x")
+    worker = Worker.objects.create(
+        name="gone@host", hostname="host", pid=1, started_at=timezone.now(),
+        last_seen_at=timezone.now(),
+    )  # fmt: skip
+    expired = SessionStore()
+    expired.set_expiry(-1)
+    expired.create()
+
+    long_ago = timezone.now() - timedelta(days=91)
+    Run.objects.update(ended_at=long_ago)
+    CrashRecord.objects.update(resolved_at=long_ago)
+    Alert.objects.update(acknowledged_at=long_ago)
+    DeadLetter.objects.update(created_at=long_ago)
+    Worker.objects.update(last_seen_at=long_ago)
+    fresh = Alert.objects.create(kind="conversation_paused", conversation=conversation, text="y")
+
+    pruned = history_prune()
+
+    # The handled dead letter's crash record went with its run; the waiting one's stays.
+    assert pruned == {"runs": 2, "crash_records": 0, "alerts": 1, "dead_letters": 1, "workers": 1}
+    assert list(Run.objects.values_list("message_id", flat=True)) == [waiting.pk]
+    assert list(CrashRecord.objects.values_list("message_id", flat=True)) == [waiting.pk]
+    assert DeadLetter.objects.get().message_id == waiting.pk
+    assert not Run.objects.filter(message=old).exists()
+    assert list(Alert.objects.all()) == [fresh] and alert.pk != fresh.pk
+    assert not Worker.objects.filter(pk=worker.pk).exists()
+    assert not Session.objects.filter(session_key=expired.session_key).exists()
+    assert Message.objects.filter(pk=old.pk, state="done").exists()  # the history, not the chat
