@@ -10,6 +10,7 @@ import os
 import random
 import signal
 import socket
+import subprocess
 import threading
 import time
 from collections import defaultdict
@@ -19,9 +20,8 @@ from pathlib import Path
 
 from django.db.models import Count
 
-from .models import Message, Run
+from .models import Conversation, Message, Run
 from .processes import WorkerChild
-from .redis_server import RedisServer
 
 
 def chaos_audit(*, conversation_ids: list[int], sent: int) -> dict:
@@ -40,6 +40,7 @@ def chaos_audit(*, conversation_ids: list[int], sent: int) -> dict:
         + surplus(completed.values("message"))
     )
     done, dead = states.get(Message.State.DONE, 0), states.get(Message.State.DEAD, 0)
+    runs = Run.objects.filter(conversation_id__in=conversation_ids)
     return {
         "sent": sent,
         "done": done,
@@ -47,6 +48,12 @@ def chaos_audit(*, conversation_ids: list[int], sent: int) -> dict:
         "lost": sent - done - dead,
         "duplicates": duplicates,
         "out_of_order": out_of_order(replies),
+        "paused": Conversation.objects.filter(
+            pk__in=conversation_ids, state=Conversation.State.PAUSED
+        ).count(),
+        "attempts": dict(
+            runs.values_list("state").annotate(n=Count("pk")).values_list("state", "n")
+        ),
         "max_recovery_seconds": max_recovery_seconds(conversation_ids),
     }
 
@@ -104,6 +111,8 @@ class Chaos:
         return worker.start()
 
     def loop(self) -> None:
+        if self.kill_every <= 0:
+            return
         while not self._stop.wait(self.rng.expovariate(1 / self.kill_every)):
             self.strike()
 
@@ -137,20 +146,33 @@ def wait_until(condition, *, timeout: float, every: float = 0.5) -> bool:
     return bool(condition())
 
 
-class RedisRestarts:
-    """Restarts a private Redis every `every` seconds (never when 0) until stopped."""
+def postgres_restart() -> None:
+    """Crash-like restart of the local PostgreSQL cluster: `-m immediate` skips the clean
+    shutdown, so the server recovers from its WAL at start, as after a power cut."""
+    version = sorted(path.name for path in Path("/etc/postgresql").iterdir())[-1]
+    subprocess.run(
+        ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart"]
+        + ["-m", "immediate"],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
 
-    def __init__(self, server: RedisServer, every: float) -> None:
-        self.server, self.every, self.count = server, every, 0
+
+class Restarts:
+    """Calls `restart` every `every` seconds (never when 0) on a thread until stopped."""
+
+    def __init__(self, restart, every: float) -> None:
+        self.restart, self.every, self.count = restart, every, 0
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self.loop, name="redis-restarts", daemon=True)
+        self._thread = threading.Thread(target=self.loop, name="restarts", daemon=True)
 
     def loop(self) -> None:
         while self.every > 0 and not self._stop.wait(self.every):
-            self.server.restart()
+            self.restart()
             self.count += 1
 
-    def start(self) -> RedisRestarts:
+    def start(self) -> Restarts:
         self._thread.start()
         return self
 

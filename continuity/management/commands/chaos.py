@@ -7,14 +7,16 @@ import sys
 import tempfile
 import time
 import uuid
+from functools import partial
 from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
+from django.db import InterfaceError, OperationalError, connection
 
 from continuity import celery_app
-from continuity.chaos import Chaos, RedisRestarts, chaos_audit, wait_until
+from continuity.chaos import Chaos, Restarts, chaos_audit, postgres_restart, wait_until
 from continuity.inbox import message_accept
 from continuity.models import Conversation, Message
 from continuity.processes import ChildProcess, watchdog_argv
@@ -41,16 +43,39 @@ class Command(BaseCommand):
         add("--conversations", type=int, default=50, help="Conversations to spread them over.")
         add("--workers", type=int, default=2, help="Celery workers to run (default 2).")
         add("--concurrency", type=int, default=2, help="Processes per worker (default 2).")
-        add("--kill-every", type=float, default=2.0, help="Mean seconds between kills.")
+        add(
+            "--kill-every",
+            type=float,
+            default=2.0,
+            help="Mean seconds between SIGKILLs of worker processes (0: no kills).",
+        )
         add(
             "--restart-redis-every",
             type=float,
             default=0.0,
             help="Restart the private Redis this often, in seconds (default 0: never).",
         )
+        add(
+            "--restart-postgres-every",
+            type=float,
+            default=0.0,
+            help="Restart the local PostgreSQL cluster crash-like (pg_ctlcluster restart -m "
+            "immediate; needs root) this often, in seconds (default 0: never).",
+        )
         add("--send-rate", type=float, default=50.0, help="Messages sent per second.")
         add("--token-delay", type=float, default=0.005, help="Built-in brain delay per word.")
-        add("--max-attempts", type=int, default=5, help="CONTINUITY_MAX_ATTEMPTS for the run.")
+        add(
+            "--max-attempts",
+            type=int,
+            default=None,
+            help="CONTINUITY_MAX_ATTEMPTS for the run (default: the configured one).",
+        )
+        add(
+            "--pause-after-crashes",
+            type=int,
+            default=None,
+            help="CONTINUITY_PAUSE_AFTER_CRASHES for the run (default: the configured one).",
+        )
         add("--timeout", type=float, default=1800.0, help="Give up waiting after this long.")
         add("--seed", type=int, default=None, help="Random seed, for a repeatable run.")
         add("--keep", action="store_true", help="Keep the run's user and conversations.")
@@ -78,25 +103,30 @@ class Command(BaseCommand):
             for i in range(options["conversations"])
         ]
         ids = [c.pk for c in conversations]
-        redis_restarts = RedisRestarts(redis_server, options["restart_redis_every"])
+        redis_restarts = Restarts(redis_server.restart, options["restart_redis_every"])
+        postgres_restarts = Restarts(postgres_restart, options["restart_postgres_every"])
         started = time.monotonic()
         try:
             watchdog.start()
             chaos.start()
             redis_restarts.start()
+            postgres_restarts.start()
             sent = send(conversations, options["messages"], options["send_rate"], rng)
             finished = wait_until(
                 lambda: not pending(ids), timeout=options["timeout"] - (time.monotonic() - started)
             )
         finally:
+            postgres_restarts.stop()
             redis_restarts.stop()
             chaos.stop()
             watchdog.stop()
+        connection.close()  # it may predate the last database restart
         audit = chaos_audit(conversation_ids=ids, sent=sent)
         audit.update(
             settings={key: env[key] for key in sorted(CHAOS_SETTINGS)},
             kills=chaos.kills,
             redis_restarts=redis_restarts.count,
+            postgres_restarts=postgres_restarts.count,
             seconds=round(time.monotonic() - started, 1),
             finished_before_timeout=finished,
             logs=str(log_dir),
@@ -109,6 +139,8 @@ class Command(BaseCommand):
             sys.exit(1)
 
     def child_env(self, redis_url: str, options) -> dict[str, str]:
+        max_attempts = options["max_attempts"] or settings.CONTINUITY_MAX_ATTEMPTS
+        pause_after = options["pause_after_crashes"] or settings.CONTINUITY_PAUSE_AFTER_CRASHES
         return {
             **os.environ,
             **RECOVERY_CLOCKS,
@@ -118,9 +150,8 @@ class Command(BaseCommand):
             "REDIS_URL": redis_url,
             "PYTHONUNBUFFERED": "1",
             "CONTINUITY_BUILTIN_TOKEN_DELAY": str(options["token_delay"]),
-            "CONTINUITY_MAX_ATTEMPTS": str(options["max_attempts"]),
-            # Random kills are not a crash loop: keep the breaker out of this experiment.
-            "CONTINUITY_PAUSE_AFTER_CRASHES": "1000000",
+            "CONTINUITY_MAX_ATTEMPTS": str(max_attempts),
+            "CONTINUITY_PAUSE_AFTER_CRASHES": str(pause_after),
         }
 
 
@@ -142,16 +173,30 @@ def use_private_redis(url: str) -> None:
 def send(conversations, count: int, rate: float, rng: random.Random) -> int:
     for number in range(count):
         conversation = rng.choice(conversations)
-        message_accept(
-            conversation=conversation,
-            text=f"Chaos message {number}: remember that item {number} matters",
-            client_id=uuid.uuid4(),
-        )
+        text = f"Chaos message {number}: remember that item {number} matters"
+        client_id = uuid.uuid4()
+        accept = partial(message_accept, conversation=conversation, text=text, client_id=client_id)
+        # As a browser does on a 503: the same client id again until the database takes it.
+        while not database_answers(accept):
+            time.sleep(0.2)
         time.sleep(1 / rate)
     return count
 
 
 def pending(conversation_ids: list[int]) -> bool:
-    return Message.objects.filter(
-        conversation_id__in=conversation_ids, state__in=Message.PENDING_STATES
-    ).exists()
+    return not database_answers(
+        lambda: (
+            not Message.objects.filter(
+                conversation_id__in=conversation_ids, state__in=Message.PENDING_STATES
+            ).exists()
+        )
+    )
+
+
+def database_answers(query) -> bool:
+    """Run `query`; False if the database was away (during a restart) or the query said no."""
+    try:
+        return bool(query())
+    except (OperationalError, InterfaceError):
+        connection.close()
+        return False
