@@ -92,9 +92,22 @@
   document.addEventListener("htmx:sendError", () =>
     composerError("Could not reach the server. Your message is still here: press Enter to retry."),
   );
+  // The database is briefly away (503): keep the text and send it again by itself, with the
+  // same client id, so a send that did get through is not stored twice.
+  function resendLater(form, seconds) {
+    const text = form.querySelector("textarea")?.value;
+    composerError(`The service is briefly unavailable. Your message is kept and will be sent again in ${seconds} s.`);
+    setTimeout(() => {
+      if (form.isConnected && form.querySelector("textarea")?.value === text) form.requestSubmit();
+    }, seconds * 1000);
+  }
+
   document.addEventListener("htmx:responseError", (event) => {
     const status = event.detail.xhr.status;
     if (status === 401) signedOut();
+    else if (status === 503 && event.detail.elt.matches("#composer")) {
+      resendLater(event.detail.elt, Number(event.detail.xhr.getResponseHeader("Retry-After")) || 3);
+    }
     else if (status !== 422 && status !== 429) {
       composerError(`The server answered ${status}. Your message is still here: press Enter to retry.`);
     }

@@ -1,0 +1,109 @@
+"""Database outages, real ones: refused connections and crash-like PostgreSQL restarts.
+
+Losing the database is not the message's fault: attempts are given back (no crash record, no
+attempt used up), nothing is dead-lettered or paused, and the web side answers 503 "kept".
+"""
+
+from __future__ import annotations
+
+import re
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+
+import pytest
+from django.conf import settings
+from django.db import connection
+from django.test import Client
+
+from continuity.inbox import message_accept
+from continuity.models import Conversation, CrashRecord, DeadLetter, Message, Run
+from tests.factories import ConversationFactory
+from tests.outages import database_refuses_connections, postgres_can_restart, postgres_restart
+from tests.processes import WatchdogProcess, WebProcess, WorkerProcess
+from tests.test_faults import LONG_REPLY, assert_promise_kept, wait_finished
+from tests.waiting import wait_streaming
+
+pytestmark = [pytest.mark.fault, pytest.mark.django_db(transaction=True)]
+
+
+class SignedInBrowser:
+    """A browser's HTTP side: the session cookie of `user` and the CSRF cookie of a page."""
+
+    def __init__(self, web: WebProcess, user, page: str) -> None:
+        self.web = web
+        client = Client()
+        client.force_login(user)
+        session = client.cookies[settings.SESSION_COOKIE_NAME].value
+        self.cookies = {settings.SESSION_COOKIE_NAME: session}
+        with urllib.request.urlopen(self.request(page)) as response:
+            html = response.read().decode()
+            csrf_cookie = re.search(r"csrftoken=([^;]+)", response.headers["Set-Cookie"])
+        self.cookies["csrftoken"] = csrf_cookie.group(1)
+        self.csrf = re.search(r'"X-CSRFToken": "([^"]+)"', html).group(1)
+
+    def request(self, path: str, data: dict | None = None) -> urllib.request.Request:
+        headers = {"Cookie": "; ".join(f"{k}={v}" for k, v in self.cookies.items())}
+        if data is not None:
+            headers |= {"HX-Request": "true", "X-CSRFToken": self.csrf, "Referer": self.web.url}
+            data = urllib.parse.urlencode(data).encode()
+        return urllib.request.Request(self.web.url + path, data=data, headers=headers)
+
+    def post(self, path: str, data: dict) -> tuple[int, str, dict]:
+        try:
+            with urllib.request.urlopen(self.request(path, data)) as response:
+                return response.status, response.read().decode(), dict(response.headers)
+        except urllib.error.HTTPError as error:
+            return error.code, error.read().decode(), dict(error.headers)
+
+
+def test_a_send_while_the_database_is_away_answers_503_and_its_retry_is_stored_once(web):
+    conversation = ConversationFactory()
+    browser = SignedInBrowser(web, conversation.owner, f"/c/{conversation.pk}/")
+    body = {"text": "Remember that the release is on Monday", "client_id": str(uuid.uuid4())}
+    path = f"/c/{conversation.pk}/messages/"
+
+    with database_refuses_connections():
+        status, html, headers = browser.post(path, body)
+    assert status == 503, html[:500]
+    assert int(headers["Retry-After"]) > 0 and "Nothing you already sent is lost" in html
+    assert "Traceback" not in web.log()
+
+    assert browser.post(path, body)[0] == 200
+    assert browser.post(path, body)[0] == 200  # the composer's automatic resend, once more
+    assert list(Message.objects.values_list("text", flat=True)) == [body["text"]]
+
+
+@pytest.mark.skipif(not postgres_can_restart(), reason="needs the local cluster's pg_ctlcluster")
+def test_three_postgres_restarts_during_replies_dead_letter_and_pause_nothing(processes):
+    """Default attempt and pause settings: three crash-like restarts hit three replies."""
+    worker = processes.add(WorkerProcess(CONTINUITY_BUILTIN_TOKEN_DELAY="0.05"))
+    processes.add(WatchdogProcess())
+    conversation = ConversationFactory()
+    messages = [
+        message_accept(
+            conversation=conversation, text=f"{LONG_REPLY} ({n})", client_id=uuid.uuid4()
+        )
+        for n in range(4)
+    ]
+    restarted_mid_reply = []
+    for message in messages[:3]:
+        wait_streaming(message)
+        postgres_restart()
+        restarted_mid_reply.append(message.pk)
+    wait_finished(messages, timeout=120)
+
+    assert settings.CONTINUITY_MAX_ATTEMPTS == 3 and settings.CONTINUITY_PAUSE_AFTER_CRASHES == 3
+    assert set(
+        Message.objects.filter(pk__in=[m.pk for m in messages]).values_list("state", flat=True)
+    ) == {"done"}
+    assert not DeadLetter.objects.exists()
+    assert not CrashRecord.objects.exists()
+    assert Conversation.objects.get(pk=conversation.pk).state == "active"
+    interrupted = Run.objects.filter(state="interrupted")
+    assert interrupted.count() >= 1
+    assert all(run.error.startswith("Database unavailable") for run in interrupted)
+    assert worker.alive()
+    connection.close()
+    assert_promise_kept(messages)
