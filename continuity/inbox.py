@@ -5,10 +5,12 @@ from __future__ import annotations
 import logging
 import uuid
 
+import redis
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
+from kombu.exceptions import OperationalError
 
 from .errors import InvalidMessage
 from .events import publish_message_changed
@@ -18,6 +20,7 @@ from .models import Conversation, Message
 logger = logging.getLogger(__name__)
 
 TITLE_CHARS = 60
+SEND_ERRORS = (redis.RedisError, OperationalError, OSError)
 
 
 def message_clean_text(text: str) -> str:
@@ -63,17 +66,23 @@ def drain_send(*, conversation_id: int) -> None:
 
     marker = drain_marker_key(conversation_id)
     ttl = int(settings.CONTINUITY_DRAIN_MARKER_SECONDS)
+    claimed, sent = True, False  # claimed unless Redis answers that another drain holds it
     try:
-        if not redis_client().set(marker, "1", nx=True, ex=ttl):
-            return
-        drain_conversation_task.delay(conversation_id)
-    except Exception:
+        claimed = bool(redis_client().set(marker, "1", nx=True, ex=ttl))
+        if claimed:
+            drain_conversation_task.delay(conversation_id)
+            sent = True
+    except SEND_ERRORS:
+        # Only broker and network errors: a soft time limit raised meanwhile must reach the task.
         logger.warning(
             "Enqueue of conversation %s failed; the watchdog will retry",
             conversation_id,
             exc_info=True,
         )
-        key_delete(marker)
+    finally:
+        if claimed and not sent:
+            # A marker without its task would hold off every enqueue until it expires.
+            key_delete(marker)
 
 
 def drain_started(*, conversation_id: int) -> None:

@@ -228,6 +228,11 @@ CHANNEL_LAYERS = {
     }
 }
 
+# Live updates are at-most-once and must not stall a reply: a publish waits at most about twice
+# this for Redis, and after a failure live updates are dropped for the pause.
+CONTINUITY_PUBLISH_TIMEOUT_SECONDS = env_float("CONTINUITY_PUBLISH_TIMEOUT_SECONDS", 1)
+CONTINUITY_PUBLISH_PAUSE_SECONDS = env_float("CONTINUITY_PUBLISH_PAUSE_SECONDS", 5)
+
 # Delivery: acks-late with rejection on worker loss, one prefetched message per process.
 # The visibility timeout must exceed the hard time limit (no countdown tasks are used): the
 # database watchdog, not the broker, drives fast recovery (see DESIGN "Pitfalls").

@@ -105,3 +105,37 @@ def test_a_conversation_has_at_most_one_drain_waiting_in_the_queue(
     with django_capture_on_commit_callbacks(execute=True):
         message_accept(conversation=conversation, text="m3", client_id=uuid.uuid4())
     assert broker.llen("celery") == 3
+
+
+def test_a_soft_time_limit_during_an_enqueue_reaches_the_task(conversation, monkeypatch):
+    import redis
+    from billiard.exceptions import SoftTimeLimitExceeded
+    from django.conf import settings
+
+    from continuity.inbox import drain_marker_key, drain_send
+    from continuity.tasks import drain_conversation
+
+    def limit_reached(*args):
+        raise SoftTimeLimitExceeded()
+
+    monkeypatch.setattr(drain_conversation, "delay", limit_reached)
+    with pytest.raises(SoftTimeLimitExceeded):
+        drain_send(conversation_id=conversation.pk)
+    # Without its task the marker would hold off every enqueue of the conversation.
+    assert not redis.Redis.from_url(settings.REDIS_URL).exists(drain_marker_key(conversation.pk))
+
+
+def test_a_broker_error_during_an_enqueue_is_logged_for_the_watchdog(
+    conversation, monkeypatch, caplog
+):
+    from kombu.exceptions import OperationalError
+
+    from continuity.inbox import drain_send
+    from continuity.tasks import drain_conversation
+
+    def broker_down(*args):
+        raise OperationalError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+
+    monkeypatch.setattr(drain_conversation, "delay", broker_down)
+    drain_send(conversation_id=conversation.pk)
+    assert "the watchdog will retry" in caplog.text
