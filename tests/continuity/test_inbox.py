@@ -4,7 +4,7 @@ import uuid
 
 import pytest
 
-from continuity.errors import InvalidMessage
+from continuity.errors import ClientIdReused, InvalidMessage
 from continuity.inbox import conversation_start, message_accept, title_from_text
 from continuity.models import Conversation, Message
 from tests.factories import UserFactory
@@ -105,6 +105,29 @@ def test_a_conversation_has_at_most_one_drain_waiting_in_the_queue(
     with django_capture_on_commit_callbacks(execute=True):
         message_accept(conversation=conversation, text="m3", client_id=uuid.uuid4())
     assert broker.llen("celery") == 3
+
+
+def test_a_resubmit_with_the_same_text_returns_the_stored_message(conversation):
+    client_id = uuid.uuid4()
+    first = message_accept(conversation=conversation, text="Lunch at noon", client_id=client_id)
+    again = message_accept(conversation=conversation, text=" Lunch at noon\n", client_id=client_id)
+    assert again.pk == first.pk
+
+
+def test_a_known_client_id_with_edited_text_is_refused_and_nothing_is_stored(conversation):
+    client_id = uuid.uuid4()
+    message_accept(conversation=conversation, text="Lunch at noon", client_id=client_id)
+    with pytest.raises(ClientIdReused, match="already sent with different text"):
+        message_accept(conversation=conversation, text="Lunch at one", client_id=client_id)
+    assert list(Message.objects.values_list("text", flat=True)) == ["Lunch at noon"]
+
+
+def test_a_new_conversation_resubmitted_with_edited_text_is_refused(user):
+    client_id = uuid.uuid4()
+    conversation_start(owner=user, text="Plan a garden", client_id=client_id)
+    with pytest.raises(ClientIdReused):
+        conversation_start(owner=user, text="Plan a vegetable garden", client_id=client_id)
+    assert list(Message.objects.values_list("text", flat=True)) == ["Plan a garden"]
 
 
 def test_a_soft_time_limit_during_an_enqueue_reaches_the_task(conversation, monkeypatch):
