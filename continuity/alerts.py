@@ -89,5 +89,7 @@ def alerts_flush(timeout: float) -> bool:
     return done.wait(timeout)
 
 
-# A process that ends normally (e.g. `watchdog --once`) gives its last alerts a bounded chance.
-atexit.register(lambda: alerts_flush(settings.EMAIL_TIMEOUT + 1))
+# A process that ends normally (e.g. `watchdog --once`, or a SIGTERM from its supervisor) gives
+# its last alerts a short chance; a stop must not hang on a silent mail server either.
+EXIT_FLUSH_SECONDS = 5
+atexit.register(lambda: alerts_flush(EXIT_FLUSH_SECONDS))
