@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import uuid
 from functools import wraps
 
 from django.contrib.auth import login
@@ -12,6 +13,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
+from continuity.errors import ClientIdReused
 from continuity.inbox import conversation_start, message_accept
 from continuity.models import Conversation
 from continuity.selectors import conversations_of, exchanges_of, newest_message_id
@@ -82,6 +84,17 @@ def composer_too_fast(
     return response
 
 
+def composer_conflict(
+    request: HttpRequest, conversation: Conversation | None, form: MessageForm, error: Exception
+) -> HttpResponse:
+    """409 for a known client id with other text: the text stays, under a new client id, so
+    the next Enter sends it as a new message instead of being discarded as a resubmission."""
+    form = MessageForm({"text": form.data["text"], "client_id": str(uuid.uuid4())})
+    form.is_valid()
+    form.add_error("text", str(error))
+    return composer_invalid(request, conversation, form, status=409)
+
+
 @never_cache
 @require_http_methods(["GET", "POST"])
 def signup(request: HttpRequest) -> HttpResponse:
@@ -111,9 +124,14 @@ def conversation_new(request: HttpRequest) -> HttpResponse:
         return composer_invalid(request, None, form)
     if refused := composer_too_fast(request, None, form, "new_conversation"):
         return refused
-    conversation = conversation_start(
-        owner=request.user, text=form.cleaned_data["text"], client_id=form.cleaned_data["client_id"]
-    )
+    try:
+        conversation = conversation_start(
+            owner=request.user,
+            text=form.cleaned_data["text"],
+            client_id=form.cleaned_data["client_id"],
+        )
+    except ClientIdReused as error:
+        return composer_conflict(request, None, form, error)
     if request.htmx:
         return HttpResponseClientRedirect(conversation_url(conversation))
     return redirect(conversation_url(conversation))
@@ -137,11 +155,14 @@ def message_send(request: HttpRequest, pk: int) -> HttpResponse:
         return composer_invalid(request, conversation, form)
     if refused := composer_too_fast(request, conversation, form, "send"):
         return refused
-    message = message_accept(
-        conversation=conversation,
-        text=form.cleaned_data["text"],
-        client_id=form.cleaned_data["client_id"],
-    )
+    try:
+        message = message_accept(
+            conversation=conversation,
+            text=form.cleaned_data["text"],
+            client_id=form.cleaned_data["client_id"],
+        )
+    except ClientIdReused as error:
+        return composer_conflict(request, conversation, form, error)
     if not request.htmx:
         return redirect(conversation_url(conversation))
     return render(

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import logging
 
-from django.core.mail import mail_admins
 from django.db import transaction
 from django.utils import timezone
 
+from .alerts import alert_mail
 from .errors import InvalidTransition
 from .events import publish_conversation_changed
 from .inbox import conversation_enqueue
@@ -28,7 +28,7 @@ def conversation_pause(*, conversation: Conversation, reason: str) -> Alert:
         kind=Alert.Kind.CONVERSATION_PAUSED, conversation=conversation, text=text
     )
     logger.error(text)
-    transaction.on_commit(lambda: mail_admins("Conversation paused", text, fail_silently=True))
+    transaction.on_commit(lambda: alert_mail(subject="Conversation paused", text=text))
     transaction.on_commit(lambda: publish_conversation_changed(conversation_id=conversation.pk))
     return alert
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import logging
 
-from django.core.mail import mail_admins
 from django.db import transaction
 from django.utils import timezone
 
+from .alerts import alert_mail
 from .events import publish_message_changed
 from .inbox import conversation_enqueue, message_bump
 from .models import Conversation, CrashRecord, DeadLetter, Message
@@ -59,7 +59,7 @@ def dead_letter_create(*, message: Message, reason: str) -> DeadLetter:
     )
     logger.error(text)
     conversation_enqueue(conversation_id=conversation.pk)
-    transaction.on_commit(lambda: mail_admins("Message dead-lettered", text, fail_silently=True))
+    transaction.on_commit(lambda: alert_mail(subject="Message dead-lettered", text=text))
     transaction.on_commit(
         lambda: publish_message_changed(conversation_id=conversation.pk, message_id=message.pk)
     )

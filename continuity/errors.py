@@ -7,6 +7,11 @@ class InvalidMessage(ValueError):
     """The user's input was refused; the text is safe to show to the user."""
 
 
+class ClientIdReused(InvalidMessage):
+    """A resubmission carried a known client id with different text: storing it would discard
+    one of the two texts silently, so it is refused."""
+
+
 class PermanentError(Exception):
     """A brain's failure that no retry can fix: the message is dead-lettered at once."""
 

@@ -1,17 +1,31 @@
 """Live updates to browsers through the channel layer.
 
 Group messages are at-most-once: everything published here is already in the database, and a
-reconnecting browser catches up from there. A failed publish is therefore logged, never raised.
+reconnecting browser catches up from there. A failed publish is therefore logged and dropped,
+never raised, and never allowed to stall the reply it reports on.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import contextlib
 import logging
+import os
+import threading
+import time
 
+import redis
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
+from django.conf import settings
 
 logger = logging.getLogger(__name__)
+
+REDIS_LAYER = "channels_redis.core.RedisChannelLayer"
+# Only what a stalled or unreachable Redis raises; anything else (above all Celery's
+# SoftTimeLimitExceeded, raised by a signal handler while we wait) must reach the caller.
+PUBLISH_ERRORS = (redis.RedisError, OSError, concurrent.futures.TimeoutError)
 
 
 def conversation_group(conversation_id: int) -> str:
@@ -31,10 +45,86 @@ def publish(conversation_id: int, event: dict) -> None:
 
 
 def group_publish(group: str, event: dict) -> None:
-    try:
+    if settings.CHANNEL_LAYERS["default"]["BACKEND"] != REDIS_LAYER:
         async_to_sync(get_channel_layer().group_send)(group, event)
-    except Exception:
-        logger.warning("Live update %s to %s not sent", event["type"], group, exc_info=True)
+        return
+    publisher().send(group, event)
+
+
+class Publisher:
+    """One event loop on a daemon thread with its own channel layer, so every publish of this
+    process reuses the same Redis connections (a fresh `async_to_sync` per publish opened a new
+    connection each time). Its sockets time out quickly, and after a failure publishes are
+    dropped without trying for a while: a stalled Redis costs the reply one timeout per pause,
+    not one per token."""
+
+    def __init__(self) -> None:
+        from channels_redis.core import RedisChannelLayer
+
+        config = settings.CHANNEL_LAYERS["default"]["CONFIG"]
+        timeout = settings.CONTINUITY_PUBLISH_TIMEOUT_SECONDS
+        hosts = [
+            {**host, "socket_timeout": timeout, "socket_connect_timeout": timeout}
+            for host in config["hosts"]
+        ]
+        self.layer = RedisChannelLayer(**{**config, "hosts": hosts})
+        self.timeout = timeout
+        self.paused_until = 0.0
+        self.loop = asyncio.new_event_loop()
+        threading.Thread(
+            target=self.loop.run_forever, name="continuity-publisher", daemon=True
+        ).start()
+
+    def send(self, group: str, event: dict) -> None:
+        if time.monotonic() < self.paused_until:
+            return
+        future = asyncio.run_coroutine_threadsafe(self.layer.group_send(group, event), self.loop)
+        try:
+            # A little over the socket timeouts, which end the coroutine first in most cases.
+            future.result(timeout=self.timeout * 2)
+        except PUBLISH_ERRORS:
+            self.paused_until = time.monotonic() + settings.CONTINUITY_PUBLISH_PAUSE_SECONDS
+            logger.warning(
+                "Live update %s to %s not sent; live updates paused for %gs",
+                event["type"],
+                group,
+                settings.CONTINUITY_PUBLISH_PAUSE_SECONDS,
+                exc_info=True,
+            )
+        finally:
+            # Also when a soft time limit interrupted the wait: do not leave the send running.
+            future.cancel()
+
+    def close(self) -> None:
+        async def shut() -> None:
+            await self.layer.close_pools()
+
+        with contextlib.suppress(*PUBLISH_ERRORS):
+            asyncio.run_coroutine_threadsafe(shut(), self.loop).result(timeout=self.timeout)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+
+
+_publisher_lock = threading.Lock()
+_publisher: tuple[int, Publisher] | None = None
+
+
+def publisher() -> Publisher:
+    """This process's publisher. Keyed by pid: a prefork child inherits the parent's object but
+    not its loop thread, and must not share the parent's sockets."""
+    global _publisher
+    with _publisher_lock:
+        if _publisher is None or _publisher[0] != os.getpid():
+            _publisher = (os.getpid(), Publisher())
+        return _publisher[1]
+
+
+def publisher_close() -> None:
+    """Drop this process's publisher (tests that point the channel layer elsewhere)."""
+    global _publisher
+    with _publisher_lock:
+        current, _publisher = _publisher, None
+    if current is not None and current[0] == os.getpid():
+        current[1].close()
 
 
 def publish_session_ended(*, user_id: int | None = None, session_key: str | None = None) -> None:

@@ -5,13 +5,15 @@ from __future__ import annotations
 import logging
 import uuid
 
+import redis
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.db.models.functions import Now
 from django.utils import timezone
+from kombu.exceptions import OperationalError
 
-from .errors import InvalidMessage
+from .errors import ClientIdReused, InvalidMessage
 from .events import publish_message_changed
 from .heartbeats import key_delete, keys_alive, redis_client
 from .models import Conversation, Message
@@ -19,6 +21,7 @@ from .models import Conversation, Message
 logger = logging.getLogger(__name__)
 
 TITLE_CHARS = 60
+SEND_ERRORS = (redis.RedisError, OperationalError, OSError)
 
 
 def message_clean_text(text: str) -> str:
@@ -64,17 +67,23 @@ def drain_send(*, conversation_id: int) -> None:
 
     marker = drain_marker_key(conversation_id)
     ttl = int(settings.CONTINUITY_DRAIN_MARKER_SECONDS)
+    claimed, sent = True, False  # claimed unless Redis answers that another drain holds it
     try:
-        if not redis_client().set(marker, "1", nx=True, ex=ttl):
-            return
-        drain_conversation_task.delay(conversation_id)
-    except Exception:
+        claimed = bool(redis_client().set(marker, "1", nx=True, ex=ttl))
+        if claimed:
+            drain_conversation_task.delay(conversation_id)
+            sent = True
+    except SEND_ERRORS:
+        # Only broker and network errors: a soft time limit raised meanwhile must reach the task.
         logger.warning(
             "Enqueue of conversation %s failed; the watchdog will retry",
             conversation_id,
             exc_info=True,
         )
-        key_delete(marker)
+    finally:
+        if claimed and not sent:
+            # A marker without its task would hold off every enqueue until it expires.
+            key_delete(marker)
 
 
 def drain_started(*, conversation_id: int) -> None:
@@ -93,7 +102,7 @@ def message_accept(*, conversation: Conversation, text: str, client_id: uuid.UUI
     text = message_clean_text(text)
     existing = Message.objects.filter(conversation=conversation, client_id=client_id).first()
     if existing is not None:
-        return existing
+        return same_text_or_refuse(existing, text)
     try:
         with transaction.atomic():
             # Locking the conversation makes message ids follow commit order, which is the order
@@ -112,25 +121,41 @@ def message_accept(*, conversation: Conversation, text: str, client_id: uuid.UUI
             )
     except IntegrityError:
         # A concurrent submit of the same client id won the race: return its row.
-        return Message.objects.get(conversation=conversation, client_id=client_id)
+        existing = Message.objects.get(conversation=conversation, client_id=client_id)
+        return same_text_or_refuse(existing, text)
     return message
+
+
+def same_text_or_refuse(existing: Message, text: str) -> Message:
+    """A resubmission is the same message only if it carries the same text: returning the
+    stored row for an edited text would throw the edit away while the composer clears. Spacing
+    alone does not make another message."""
+    if existing.text.split() != text.split():
+        raise ClientIdReused(
+            "This message was already sent with different text. Your edited text is still "
+            "here: press Enter to send it as a new message."
+        )
+    return existing
 
 
 def conversation_start(*, owner, text: str, client_id: uuid.UUID) -> Conversation:
     """Create a conversation with its first message; a resubmit returns the same conversation."""
     text = message_clean_text(text)
     existing = Conversation.objects.filter(owner=owner, client_id=client_id).first()
-    if existing is not None:
-        return existing
-    try:
-        with transaction.atomic():
-            conversation = Conversation.objects.create(
-                owner=owner, title=title_from_text(text), client_id=client_id
-            )
-            message_accept(conversation=conversation, text=text, client_id=client_id)
-    except IntegrityError:
-        return Conversation.objects.get(owner=owner, client_id=client_id)
-    return conversation
+    if existing is None:
+        try:
+            with transaction.atomic():
+                conversation = Conversation.objects.create(
+                    owner=owner, title=title_from_text(text), client_id=client_id
+                )
+                message_accept(conversation=conversation, text=text, client_id=client_id)
+            return conversation
+        except IntegrityError:
+            existing = Conversation.objects.get(owner=owner, client_id=client_id)
+    first = Message.objects.filter(conversation=existing, client_id=client_id).first()
+    if first is not None:
+        same_text_or_refuse(first, text)
+    return existing
 
 
 def message_bump(*, message_id: int, **changes) -> int:

@@ -215,6 +215,13 @@ WHITENOISE_USE_FINDERS = True
 
 ADMINS = [tuple(pair.split(":", 1)) for pair in env_list("ADMINS", "")]
 EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+# Without a timeout, an SMTP server that accepts and never answers holds the sender for good.
+EMAIL_TIMEOUT = env_float("EMAIL_TIMEOUT", 10)
+EMAIL_HOST = os.environ.get("EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("EMAIL_PORT", 25)
+EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 
@@ -231,6 +238,11 @@ CHANNEL_LAYERS = {
         },
     }
 }
+
+# Live updates are at-most-once and must not stall a reply: a publish waits at most about twice
+# this for Redis, and after a failure live updates are dropped for the pause.
+CONTINUITY_PUBLISH_TIMEOUT_SECONDS = env_float("CONTINUITY_PUBLISH_TIMEOUT_SECONDS", 1)
+CONTINUITY_PUBLISH_PAUSE_SECONDS = env_float("CONTINUITY_PUBLISH_PAUSE_SECONDS", 5)
 
 # Delivery: acks-late with rejection on worker loss, one prefetched message per process.
 # The visibility timeout must exceed the hard time limit (no countdown tasks are used): the

@@ -195,3 +195,70 @@ def test_a_send_after_signing_out_elsewhere_keeps_the_text_for_after_sign_in(pag
     expect(page).to_have_url(f"{site.url}/c/{conversation.pk}/")
     expect(page.get_by_label("Message")).to_have_value("Remember that the deploy is on Friday")
     expect(page.locator("[data-live-indicator]")).to_have_text("live")
+
+
+def test_an_edited_resend_after_a_lost_response_is_sent_as_a_new_message(page: Page, site):
+    user = UserFactory()
+    conversation = ConversationFactory(owner=user)
+    log_in(page, site, user.username)
+    page.goto(f"{site.url}/c/{conversation.pk}/")
+    expect(page.locator("[data-live-indicator]")).to_have_text("live")
+    lost = []
+
+    def lose_the_first_response(route):
+        if lost:
+            route.continue_()
+            return
+        route.fetch()  # the POST reaches the server, which stores the message
+        lost.append(route.request.post_data)
+        route.abort()  # ...and the answer never reaches the page
+
+    page.route(f"**/c/{conversation.pk}/messages/", lose_the_first_response)
+    field = page.get_by_label("Message")
+    field.fill("Book the room for Tuesday")
+    field.press("Enter")
+    expect(page.locator("[data-composer-errors]")).to_contain_text("press Enter to retry")
+    assert lost and Message.objects.filter(text="Book the room for Tuesday").exists()
+
+    field.fill("Book the room for Wednesday")
+    field.press("Enter")
+    expect(field).to_have_value("")
+
+    def texts() -> list[str]:
+        messages = Message.objects.filter(conversation=conversation, role="user").order_by("id")
+        return list(messages.values_list("text", flat=True))
+
+    wait_for(
+        lambda: texts() == ["Book the room for Tuesday", "Book the room for Wednesday"],
+        timeout=10,
+        what=f"both texts to be stored as two messages, not {texts()}",
+    )
+    expect(page.locator("[data-exchange]")).to_have_count(2)
+
+
+def test_a_known_client_id_with_other_text_is_explained_and_the_text_kept(page: Page, site):
+    user = UserFactory()
+    conversation = ConversationFactory(owner=user)
+    log_in(page, site, user.username)
+    page.goto(f"{site.url}/c/{conversation.pk}/")
+    client_id = page.locator("#composer input[name=client_id]")
+    used = client_id.input_value()
+    field = page.get_by_label("Message")
+    field.fill("Order more coffee")
+    field.press("Enter")
+    expect(field).to_have_value("")
+    # A resend the page could not tell apart from a retry (e.g. from an older copy of the page).
+    client_id.evaluate("(el, used) => { el.value = used; }", used)
+    field.fill("Order more tea")
+    field.press("Enter")
+    expect(page.locator("[data-composer-errors]")).to_contain_text(
+        "already sent with different text"
+    )
+    expect(field).to_have_value("Order more tea")
+    field.press("Enter")
+    expect(field).to_have_value("")
+    wait_for(
+        lambda: Message.objects.filter(conversation=conversation, text="Order more tea").exists(),
+        timeout=10,
+        what="the edited text to be sent as a new message",
+    )

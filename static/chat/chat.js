@@ -89,9 +89,42 @@
     box.replaceChildren("You were signed out; ", login, " (your message is kept).");
   }
 
-  document.addEventListener("htmx:sendError", () =>
-    composerError("Could not reach the server. Your message is still here: press Enter to retry."),
-  );
+  // After a lost response the message may have been stored under its client id, so a retry of
+  // the same text keeps that id (the server then returns the stored message, not a copy). Once
+  // the text is edited it is a different message: it gets a new id, or the server would answer
+  // the resend with the old message and the edit would be lost.
+  let unsure = null; // {text, clientId, freshId} of the send whose outcome is unknown
+
+  function newClientId() {
+    if (window.crypto && crypto.randomUUID) return crypto.randomUUID();
+    const b = crypto.getRandomValues(new Uint8Array(16)); // randomUUID needs a secure context
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    const hex = [...b].map((x) => x.toString(16).padStart(2, "0")).join("");
+    return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
+  }
+
+  const clientIdField = () => document.querySelector("#composer input[name=client_id]");
+
+  function sendUnsure() {
+    const field = composerField();
+    const id = clientIdField();
+    if (field && id && !unsure) unsure = { text: field.value, clientId: id.value, freshId: newClientId() };
+  }
+
+  document.addEventListener("input", (event) => {
+    if (!unsure || !event.target.matches || !event.target.matches("#composer textarea")) return;
+    const id = clientIdField();
+    // Spacing alone does not make another message, for the server either.
+    const words = (text) => text.split(/\s+/).filter(Boolean).join(" ");
+    const same = words(event.target.value) === words(unsure.text);
+    if (id) id.value = same ? unsure.clientId : unsure.freshId;
+  });
+
+  document.addEventListener("htmx:sendError", () => {
+    sendUnsure();
+    composerError("Could not reach the server. Your message is still here: press Enter to retry.");
+  });
   // The database is briefly away (503): keep the text and send it again by itself, with the
   // same client id, so a send that did get through is not stored twice.
   function resendLater(form, seconds) {
@@ -106,14 +139,17 @@
     const status = event.detail.xhr.status;
     if (status === 401) signedOut();
     else if (status === 503 && event.detail.elt.matches("#composer")) {
+      sendUnsure();
       resendLater(event.detail.elt, Number(event.detail.xhr.getResponseHeader("Retry-After")) || 3);
-    }
-    else if (status !== 422 && status !== 429) {
+    } else if (status !== 409 && status !== 422 && status !== 429) {
+      sendUnsure();
       composerError(`The server answered ${status}. Your message is still here: press Enter to retry.`);
     }
   });
   document.addEventListener("htmx:oobAfterSwap", (event) => {
-    if (event.detail.target.id === "composer") event.detail.target.querySelector("textarea")?.focus();
+    if (event.detail.target.id !== "composer") return;
+    unsure = null; // the server answered: the new composer carries the id to use
+    event.detail.target.querySelector("textarea")?.focus();
   });
 
   document.addEventListener("keydown", (event) => {

@@ -192,3 +192,29 @@ def test_a_signed_out_htmx_send_gets_401_and_a_page_send_goes_to_login(client, c
     response = send(client, conversation, "hello?")
     assert response.status_code == 302 and response["Location"].startswith(reverse("login"))
     assert not Message.objects.exists()
+
+
+def test_an_edited_resend_under_a_known_client_id_gets_409_and_keeps_the_text(
+    owner_client, conversation
+):
+    client_id = uuid.uuid4()
+    send(owner_client, conversation, "Meet at 10", client_id, headers=HTMX)
+    response = send(owner_client, conversation, "Meet at 11, not 10", client_id, headers=HTMX)
+    html = response.content.decode()
+    assert response.status_code == 409
+    assert "already sent with different text" in html
+    assert "Meet at 11, not 10" in html  # the edit stays in the composer
+    assert str(client_id) not in html  # under a new id: Enter now sends it as a new message
+    assert list(Message.objects.values_list("text", flat=True)) == ["Meet at 10"]
+
+
+def test_an_edited_resend_of_a_new_conversation_gets_409_and_keeps_the_text(owner_client, user):
+    client_id = str(uuid.uuid4())
+    url = reverse("chat:conversation_new")
+    owner_client.post(url, {"text": "Plan a garden", "client_id": client_id}, headers=HTMX)
+    response = owner_client.post(
+        url, {"text": "Plan a herb garden", "client_id": client_id}, headers=HTMX
+    )
+    assert response.status_code == 409
+    assert "Plan a herb garden" in response.content.decode()
+    assert Conversation.objects.get().messages.get().text == "Plan a garden"

@@ -8,6 +8,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from continuity.alerts import alerts_flush
 from continuity.attempts import attempt_begin, attempt_end, backoff_delay
 from continuity.conversations import conversation_resume
 from continuity.errors import InvalidTransition
@@ -115,6 +116,7 @@ def test_three_crashes_of_different_messages_pause_the_conversation(
     assert conversation.state == "paused"
     assert "3 crashes" in conversation.paused_reason
     assert Alert.objects.get(conversation=conversation).kind == "conversation_paused"
+    assert alerts_flush(5)  # alert mail goes out on a thread of its own, off the sweep path
     assert [mail.subject for mail in mailoutbox] == ["[Django] Conversation paused"]
     assert Message.objects.get(pk=messages[-1].pk).state == "queued"
     assert attempt_begin(conversation_id=conversation.pk) is None  # paused: nothing starts

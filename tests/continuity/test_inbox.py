@@ -4,7 +4,7 @@ import uuid
 
 import pytest
 
-from continuity.errors import InvalidMessage
+from continuity.errors import ClientIdReused, InvalidMessage
 from continuity.inbox import conversation_start, message_accept, title_from_text
 from continuity.models import Conversation, Message
 from tests.factories import UserFactory
@@ -105,3 +105,60 @@ def test_a_conversation_has_at_most_one_drain_waiting_in_the_queue(
     with django_capture_on_commit_callbacks(execute=True):
         message_accept(conversation=conversation, text="m3", client_id=uuid.uuid4())
     assert broker.llen("celery") == 3
+
+
+def test_a_resubmit_with_the_same_text_returns_the_stored_message(conversation):
+    client_id = uuid.uuid4()
+    first = message_accept(conversation=conversation, text="Lunch at noon", client_id=client_id)
+    again = message_accept(conversation=conversation, text=" Lunch at noon\n", client_id=client_id)
+    assert again.pk == first.pk
+
+
+def test_a_known_client_id_with_edited_text_is_refused_and_nothing_is_stored(conversation):
+    client_id = uuid.uuid4()
+    message_accept(conversation=conversation, text="Lunch at noon", client_id=client_id)
+    with pytest.raises(ClientIdReused, match="already sent with different text"):
+        message_accept(conversation=conversation, text="Lunch at one", client_id=client_id)
+    assert list(Message.objects.values_list("text", flat=True)) == ["Lunch at noon"]
+
+
+def test_a_new_conversation_resubmitted_with_edited_text_is_refused(user):
+    client_id = uuid.uuid4()
+    conversation_start(owner=user, text="Plan a garden", client_id=client_id)
+    with pytest.raises(ClientIdReused):
+        conversation_start(owner=user, text="Plan a vegetable garden", client_id=client_id)
+    assert list(Message.objects.values_list("text", flat=True)) == ["Plan a garden"]
+
+
+def test_a_soft_time_limit_during_an_enqueue_reaches_the_task(conversation, monkeypatch):
+    import redis
+    from billiard.exceptions import SoftTimeLimitExceeded
+    from django.conf import settings
+
+    from continuity.inbox import drain_marker_key, drain_send
+    from continuity.tasks import drain_conversation
+
+    def limit_reached(*args):
+        raise SoftTimeLimitExceeded()
+
+    monkeypatch.setattr(drain_conversation, "delay", limit_reached)
+    with pytest.raises(SoftTimeLimitExceeded):
+        drain_send(conversation_id=conversation.pk)
+    # Without its task the marker would hold off every enqueue of the conversation.
+    assert not redis.Redis.from_url(settings.REDIS_URL).exists(drain_marker_key(conversation.pk))
+
+
+def test_a_broker_error_during_an_enqueue_is_logged_for_the_watchdog(
+    conversation, monkeypatch, caplog
+):
+    from kombu.exceptions import OperationalError
+
+    from continuity.inbox import drain_send
+    from continuity.tasks import drain_conversation
+
+    def broker_down(*args):
+        raise OperationalError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+
+    monkeypatch.setattr(drain_conversation, "delay", broker_down)
+    drain_send(conversation_id=conversation.pk)
+    assert "the watchdog will retry" in caplog.text
