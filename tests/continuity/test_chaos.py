@@ -28,7 +28,7 @@ def test_a_clean_history_passes(conversation):
     audit = chaos_audit(conversation_ids=[conversation.pk], sent=3)
     assert audit | {"max_recovery_seconds": 0} == {
         "sent": 3, "done": 3, "dead": 0, "lost": 0, "duplicates": 0, "out_of_order": 0,
-        "max_recovery_seconds": 0,
+        "paused": 0, "attempts": {}, "max_recovery_seconds": 0,
     }  # fmt: skip
 
 
