@@ -209,3 +209,28 @@ def test_a_conversation_whose_drain_still_waits_in_the_queue_is_not_sent_again(c
         assert watchdog_tick()["requeued"] == 0
     redis_client().delete(drain_marker_key(conversation.pk))  # Redis lost its queue and markers
     assert due_conversation_ids() == [conversation.pk]
+
+
+def test_a_planned_shutdown_also_interrupts_an_attempt_that_began_meanwhile(
+    conversation, user, monkeypatch
+):
+    from continuity import recovery
+
+    late = Conversation.objects.create(owner=user)
+    send(conversation)
+    send(late)
+    first = attempt_begin(conversation_id=conversation.pk, node="w1@host")
+    real_end = recovery.attempt_end
+    began_meanwhile = []
+
+    def end_while_another_begins(**kwargs):
+        if not began_meanwhile:  # its start commits after the handoff listed the node's runs
+            began_meanwhile.append(attempt_begin(conversation_id=late.pk, node="w1@host"))
+        return real_end(**kwargs)
+
+    monkeypatch.setattr(recovery, "attempt_end", end_while_another_begins)
+    assert runs_interrupt(node="w1@host") == 2
+    assert set(Run.objects.values_list("pk", "state")) == {
+        (first.pk, "interrupted"),
+        (began_meanwhile[0].pk, "interrupted"),
+    }
