@@ -8,11 +8,11 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from continuity import processing
 from continuity.attempts import attempt_begin, attempt_end, attempt_finish
 from continuity.errors import AttemptStopped
 from continuity.heartbeats import RunHeartbeat, keys_alive, run_key, stale_run_ids
 from continuity.inbox import message_accept
-from continuity import processing
 from continuity.models import Checkpoint, Message, ReplyChunk, Run
 from continuity.processing import chunk_store, step
 from tests.waiting import wait_for
