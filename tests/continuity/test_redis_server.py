@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from continuity.redis_server import RedisServer
+
+pytestmark = pytest.mark.django_db
 
 
 def test_restart_and_stop_remove_the_servers_directories():
