@@ -6,8 +6,6 @@ import itertools
 import os
 import socket
 import sys
-import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 from django.db import connection
@@ -68,11 +66,11 @@ class WorkerProcess(WorkerChild):
         )
 
     def start(self, ready_within: float = 30) -> WorkerProcess:
-        started = datetime.fromtimestamp(time.time() - 1, tz=UTC)
         super().start()
+        # This incarnation's own row: a restarted node name finds its predecessor's row there.
         wait_for(
             lambda: Worker.objects.filter(
-                name=self.node, started_at__gte=started, stopped_at=None
+                name=self.node, hostname=socket.gethostname(), pid=self.pid, stopped_at=None
             ).exists(),
             timeout=ready_within,
             what=f"worker {self.node} to announce itself\n{self.log()[-3000:]}",
