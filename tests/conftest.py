@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import os
 import shutil
 
 import pytest
@@ -8,10 +7,6 @@ from django.db import connection
 
 from tests.factories import ConversationFactory, UserFactory
 from tests.processes import ARTIFACTS, WatchdogProcess, WebProcess, WorkerProcess
-
-# Playwright's sync API runs an event loop in the test thread; the ORM calls the browser tests
-# make between page actions are still plain synchronous code.
-os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
 
 def pytest_sessionstart(session):

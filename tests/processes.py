@@ -30,9 +30,13 @@ FAST_CLOCKS = {
 
 
 def process_env(**overrides: str) -> dict[str, str]:
-    """Environment for a child process that uses the test database and the session's Redis."""
+    """Environment for a child process that uses the test database and the session's Redis.
+
+    Never with DJANGO_ALLOW_ASYNC_UNSAFE (the browser tests' own process sets it): a synchronous
+    ORM call in async code must fail in daphne as it does in production."""
+    inherited = {k: v for k, v in os.environ.items() if k != "DJANGO_ALLOW_ASYNC_UNSAFE"}
     return {
-        **os.environ,
+        **inherited,
         "DJANGO_SETTINGS_MODULE": "tests.settings",
         "DATABASE_URL": database_url(),
         "PYTHONUNBUFFERED": "1",
