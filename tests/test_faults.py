@@ -173,10 +173,11 @@ def test_a_kill_after_the_reply_commit_but_before_the_ack_is_absorbed(processes,
     wait_finished([second])
 
     assert marker.exists()
+    killed = process_id(first.runs.get())
     wait_for(
-        lambda: "exited prematurely: signal 9" in worker.log(),
+        lambda: killed not in worker.children() and len(worker.children()) == 2,
         timeout=10,
-        what="the worker to report its killed child",
+        what=f"the worker to replace its killed child {killed}",
     )
 
     def redelivered() -> set[str]:
