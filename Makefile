@@ -15,6 +15,7 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest tests/browser $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

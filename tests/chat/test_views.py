@@ -1,12 +1,17 @@
 from __future__ import annotations
 
+import threading
 import uuid
 
 import pytest
+from django.db import connection as db_connection
+from django.db import transaction
+from django.test import Client
 from django.urls import reverse
 
 from continuity.models import Conversation, Message
 from tests.factories import ConversationFactory, MessageFactory
+from tests.waiting import lock_waiters, wait_for
 
 pytestmark = pytest.mark.django_db
 
@@ -218,3 +223,35 @@ def test_an_edited_resend_of_a_new_conversation_gets_409_and_keeps_the_text(owne
     assert response.status_code == 409
     assert "Plan a herb garden" in response.content.decode()
     assert Conversation.objects.get().messages.get().text == "Plan a garden"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_posts_of_one_client_id_store_one_message(user, conversation):
+    """Every post passes the "already stored?" check before any of them commits: the database
+    constraint and the IntegrityError handler must turn them into one message."""
+    posts, client_id = 6, str(uuid.uuid4())
+    outcomes: list = []
+
+    def post() -> None:
+        client = Client()
+        client.force_login(user)
+        try:
+            outcomes.append(send(client, conversation, "only once", client_id, headers=HTMX))
+        except Exception as exc:  # the test thread reports it below
+            outcomes.append(exc)
+        finally:
+            db_connection.close()
+
+    threads = [threading.Thread(target=post) for _ in range(posts)]
+    # Holding the conversation's lock parks every post inside message_accept, past its check.
+    with transaction.atomic():
+        Conversation.objects.select_for_update().get(pk=conversation.pk)
+        for thread in threads:
+            thread.start()
+        wait_for(lambda: lock_waiters() == posts, timeout=20, what=f"{posts} posts to wait")
+    for thread in threads:
+        thread.join(timeout=30)
+    assert [getattr(outcome, "status_code", outcome) for outcome in outcomes] == [200] * posts
+    message = Message.objects.get(conversation=conversation)
+    assert message.client_id == uuid.UUID(client_id)
+    assert all(f'id="exchange-{message.pk}"' in o.content.decode() for o in outcomes)

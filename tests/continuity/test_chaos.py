@@ -60,7 +60,10 @@ def test_recovery_time_runs_from_the_last_heartbeat_to_the_next_attempt(conversa
     answer(message)
     audit = chaos_audit(conversation_ids=[conversation.pk], sent=1)
     assert audit["max_recovery_seconds"] == pytest.approx(12, abs=1)
-    assert crashed.pk
+    # The gap is measured from the crashed attempt's own last heartbeat.
+    Run.objects.filter(pk=crashed.pk).update(heartbeat_at=timezone.now() - timedelta(seconds=40))
+    audit = chaos_audit(conversation_ids=[conversation.pk], sent=1)
+    assert audit["max_recovery_seconds"] == pytest.approx(40, abs=1)
 
 
 def test_other_conversations_are_not_audited():

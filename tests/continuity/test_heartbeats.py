@@ -8,12 +8,13 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from continuity import processing
 from continuity.attempts import attempt_begin, attempt_end, attempt_finish
 from continuity.errors import AttemptStopped
 from continuity.heartbeats import RunHeartbeat, keys_alive, run_key, stale_run_ids
 from continuity.inbox import message_accept
-from continuity.models import Checkpoint, Message, Run
-from continuity.processing import step
+from continuity.models import Checkpoint, Message, ReplyChunk, Run
+from continuity.processing import chunk_store, step
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -54,6 +55,18 @@ def test_a_fenced_attempt_cannot_checkpoint_or_reply(run):
         attempt_finish(run=run, reply_text="too late")
     assert not Checkpoint.objects.exists()
     assert not Message.objects.filter(role="assistant").exists()
+
+
+def test_a_fenced_attempt_can_neither_store_nor_publish_a_chunk(run, monkeypatch):
+    published = []
+    monkeypatch.setattr(processing, "publish_reply_chunk", lambda **chunk: published.append(chunk))
+    chunk_store(run=run, seq=1, text="Hello")
+    assert [chunk["seq"] for chunk in published] == [1]
+    attempt_end(run_id=run.pk, state="crashed", error="reaped", detected_by="watchdog")
+    with pytest.raises(AttemptStopped):
+        chunk_store(run=run, seq=2, text=" again")
+    assert list(ReplyChunk.objects.values_list("run_id", "seq", "text")) == [(run.pk, 1, "Hello")]
+    assert len(published) == 1
 
 
 def test_staleness_needs_an_old_row_and_no_redis_key(run):

@@ -1,13 +1,16 @@
 from __future__ import annotations
 
+import threading
 import uuid
 
 import pytest
+from django.db import connection, transaction
 
 from continuity.errors import ClientIdReused, InvalidMessage
 from continuity.inbox import conversation_start, message_accept, title_from_text
 from continuity.models import Conversation, Message
 from tests.factories import UserFactory
+from tests.waiting import lock_waiters, wait_for
 
 pytestmark = pytest.mark.django_db
 
@@ -62,12 +65,28 @@ def test_text_over_the_limit_is_refused_with_its_length(conversation, settings):
     assert Message.objects.count() == 0
 
 
-def test_messages_are_numbered_in_the_order_they_were_accepted(conversation):
-    ids = [
-        message_accept(conversation=conversation, text=f"m{i}", client_id=uuid.uuid4()).pk
-        for i in range(5)
-    ]
-    assert ids == sorted(ids)
+@pytest.mark.django_db(transaction=True)
+def test_a_message_accepted_during_another_ones_transaction_is_numbered_after_it(conversation):
+    """Ids follow commit order: while one accept's transaction is open, a second accept in the
+    same conversation waits, so it cannot take a later id and commit first."""
+    later: list[Message] = []
+
+    def accept_later() -> None:
+        try:
+            later.append(
+                message_accept(conversation=conversation, text="later", client_id=uuid.uuid4())
+            )
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=accept_later)
+    with transaction.atomic():
+        first = message_accept(conversation=conversation, text="first", client_id=uuid.uuid4())
+        thread.start()
+        wait_for(lambda: lock_waiters() or later, timeout=20, what="the second accept to wait")
+        assert not later, "the second accept did not wait for the first one's commit"
+    thread.join(timeout=20)
+    assert later[0].pk > first.pk
 
 
 def test_conversation_start_is_idempotent_and_titles_from_the_first_message():

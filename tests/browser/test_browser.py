@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
 
 import pytest
@@ -13,30 +12,12 @@ from playwright.sync_api import Page, expect
 from chat.brains.builtin import BuiltinBrain
 from continuity.brains import Context
 from continuity.models import Message
+from tests.browser.helpers import log_in
 from tests.factories import PASSWORD, ConversationFactory, UserFactory
 from tests.processes import ARTIFACTS, WatchdogProcess, WebProcess, WorkerProcess, process_id
 from tests.waiting import wait_for, wait_streaming
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-
-
-@pytest.fixture(scope="session")
-def browser_type_launch_args(browser_type_launch_args):
-    return {
-        **browser_type_launch_args,
-        "executable_path": CHROMIUM,
-        "headless": True,
-        "args": [
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--no-first-run",
-        ],
-    }
 
 
 @pytest.fixture
@@ -44,15 +25,6 @@ def site(processes):
     # Slow enough tokens that a person (and this test) can watch the reply stream in.
     processes.add(WorkerProcess(CONTINUITY_BUILTIN_TOKEN_DELAY="0.06"))
     return processes.add(WebProcess())
-
-
-def log_in(page: Page, site: WebProcess, username: str) -> None:
-    page.goto(f"{site.url}/")
-    expect(page).to_have_url(re.compile(r"/accounts/login/"))
-    page.get_by_label("Username").fill(username)
-    page.get_by_label("Password").fill(PASSWORD)
-    page.get_by_role("button", name="Log in").click()
-    expect(page.get_by_role("heading", name="What shall we work on?")).to_be_visible()
 
 
 def test_chat_streams_replies_and_survives_a_reload(page: Page, site):
@@ -150,6 +122,8 @@ def test_a_crash_and_a_web_restart_mid_reply_leave_one_clean_reply(page: Page, p
     )
     expect(page.locator(f'[data-streaming][data-run="{retry.pk}"]')).to_be_visible()
     web.kill_all()  # the web tier dies mid-reply and comes back on the same address
+    message.refresh_from_db()
+    assert message.state == "processing" and not Message.objects.filter(reply_to=message).exists()
     processes.add(WebProcess(port=web.port))
 
     expect(page.locator("[data-live-indicator]")).to_have_text("live", timeout=15_000)

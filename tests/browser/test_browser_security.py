@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import shutil
 
 import pytest
 from playwright.sync_api import Page, expect
@@ -13,18 +12,7 @@ from tests.processes import WebProcess
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 BAD_INK = "rgb(170, 17, 17)"
-
-
-@pytest.fixture(scope="session")
-def browser_type_launch_args(browser_type_launch_args):
-    return {
-        **browser_type_launch_args,
-        "executable_path": CHROMIUM,
-        "headless": True,
-        "args": ["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
-    }
 
 
 @pytest.fixture

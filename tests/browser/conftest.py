@@ -1,0 +1,35 @@
+"""Browser tests run in a pytest process of their own (`pytest tests/browser`; `make test` runs
+it after the rest), because of what Playwright's sync API leaves behind: an event loop on the
+main thread. In that process the ORM calls between page actions need DJANGO_ALLOW_ASYNC_UNSAFE,
+and async_to_sync no longer works on the main thread (`helpers.off_the_loop` runs code
+elsewhere). The other tests, and every daphne, worker and watchdog
+(`tests.processes.process_env`), run without the flag, as production does.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+
+
+@pytest.fixture(scope="session")
+def browser_type_launch_args(browser_type_launch_args):
+    return {
+        **browser_type_launch_args,
+        "executable_path": CHROMIUM,
+        "headless": True,
+        "args": [
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+        ],
+    }

@@ -1,0 +1,46 @@
+"""What the browser tests share: signing in, and running code away from Playwright's loop."""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable
+from typing import TypeVar
+
+from django.db import connection
+from playwright.sync_api import Page, expect
+
+from tests.factories import PASSWORD
+from tests.processes import WebProcess
+
+T = TypeVar("T")
+
+
+def log_in(page: Page, site: WebProcess, username: str) -> None:
+    page.goto(f"{site.url}/")
+    expect(page).to_have_url(re.compile(r"/accounts/login/"))
+    page.get_by_label("Username").fill(username)
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    expect(page.get_by_role("heading", name="What shall we work on?")).to_be_visible()
+
+
+def off_the_loop(function: Callable[..., T], **kwargs) -> T:
+    """Call `function` in a fresh thread, where async_to_sync (publishing to the channel layer)
+    works; its database connection is closed afterwards."""
+    outcome: dict = {}
+
+    def call() -> None:
+        try:
+            outcome["value"] = function(**kwargs)
+        except BaseException as exc:  # re-raised in the test's thread
+            outcome["error"] = exc
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=call)
+    thread.start()
+    thread.join(timeout=30)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
