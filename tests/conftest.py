@@ -40,6 +40,8 @@ def pytest_sessionstart(session):
 def drop_leftover_connections(django_db_setup, django_db_blocker):
     """Sessions left by killed workers and finished threads would block dropping the test DB."""
     yield
+    with django_db_blocker.unblock():
+        connection.close()  # outage tests may have cut it (restarts, terminated sessions)
     with django_db_blocker.unblock(), connection.cursor() as cursor:
         cursor.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "

@@ -30,7 +30,7 @@ def test_a_send_during_a_database_outage_is_kept_and_sent_again_by_itself(page: 
         expect(errors).to_contain_text("Your message is kept and will be sent again")
         expect(page.get_by_label("Message")).to_have_value("Remember that the invoices are due")
     # Nobody presses anything: the composer resends once the database answers again.
-    expect(page.locator("[data-exchange] .bubble.user")).to_have_text(
+    expect(page.locator("[data-exchange] .bubble.user .text")).to_have_text(
         "Remember that the invoices are due", timeout=15_000
     )
     expect(page.get_by_label("Message")).to_have_value("")
