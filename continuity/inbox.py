@@ -71,7 +71,13 @@ def drain_send(*, conversation_id: int) -> None:
     try:
         claimed = bool(redis_client().set(marker, "1", nx=True, ex=ttl))
         if claimed:
-            drain_conversation_task.delay(conversation_id)
+            # The limits are read now, from this process's settings: Celery would otherwise
+            # put the values it cached at its first send into every message.
+            drain_conversation_task.apply_async(
+                (conversation_id,),
+                soft_time_limit=settings.CELERY_TASK_SOFT_TIME_LIMIT,
+                time_limit=settings.CELERY_TASK_TIME_LIMIT,
+            )
             sent = True
     except SEND_ERRORS:
         # Only broker and network errors: a soft time limit raised meanwhile must reach the task.

@@ -19,7 +19,7 @@ import redis
 from django.conf import settings
 
 from continuity.conversations import conversation_resume
-from continuity.inbox import message_accept
+from continuity.inbox import drains_waiting, message_accept
 from continuity.models import (
     Alert,
     Conversation,
@@ -29,7 +29,6 @@ from continuity.models import (
     Message,
     Run,
 )
-from continuity.tasks import drain_conversation as drain_conversation_task
 from tests.brains import HANG, KILL_ALWAYS, KILL_FIRST_ATTEMPT, SLEEP
 from tests.factories import ConversationFactory, UserFactory
 from tests.processes import WatchdogProcess, WorkerProcess, process_id
@@ -302,13 +301,10 @@ def test_a_message_that_keeps_raising_is_retried_then_dead_lettered(processes):
     assert_promise_kept([failing, invalid, fine])
 
 
-def test_hung_attempts_are_ended_by_the_time_limits(processes, monkeypatch):
+def test_hung_attempts_are_ended_by_the_time_limits(processes, settings):
     limits = {"CELERY_TASK_SOFT_TIME_LIMIT": "1", "CELERY_TASK_TIME_LIMIT": "2"}
-    # Celery puts the sender's limits into each task message (from options it caches on first
-    # send), so this process sends them too.
-    monkeypatch.setattr(drain_conversation_task, "soft_time_limit", 1)
-    monkeypatch.setattr(drain_conversation_task, "time_limit", 2)
-    monkeypatch.setattr(drain_conversation_task, "_exec_options", None)
+    # The sender puts its limits into each task message, so this process sends them too.
+    settings.CELERY_TASK_SOFT_TIME_LIMIT, settings.CELERY_TASK_TIME_LIMIT = 1, 2
     processes.add(WorkerProcess(**limits, **FAULTY))
     processes.add(WatchdogProcess(**limits))
     slow_chat, hung_chat = conversations(2)
@@ -345,10 +341,14 @@ def test_three_crashes_within_the_window_pause_the_conversation_until_resumed(pr
     assert crashing[2].state == "queued"
 
     # Paused: a new message is stored and its drain runs, but nothing is processed.
-    drained = worker.log().count("succeeded in")
     later = send(conversation, "What's my name?")
-    wait_for(
-        lambda: worker.log().count("succeeded in") > drained,
+    broker = redis.Redis.from_url(session_redis_server().url)
+    wait_for(  # taken from the queue, run, and acknowledged: the broker holds nothing more
+        lambda: (
+            not (
+                broker.llen("celery") or broker.hlen("unacked") or drains_waiting([conversation.pk])
+            )
+        ),
         timeout=10,
         what="the drain of the paused conversation",
     )

@@ -157,10 +157,10 @@ def test_a_soft_time_limit_during_an_enqueue_reaches_the_task(conversation, monk
     from continuity.inbox import drain_marker_key, drain_send
     from continuity.tasks import drain_conversation
 
-    def limit_reached(*args):
+    def limit_reached(*args, **kwargs):
         raise SoftTimeLimitExceeded()
 
-    monkeypatch.setattr(drain_conversation, "delay", limit_reached)
+    monkeypatch.setattr(drain_conversation, "apply_async", limit_reached)
     with pytest.raises(SoftTimeLimitExceeded):
         drain_send(conversation_id=conversation.pk)
     # Without its task the marker would hold off every enqueue of the conversation.
@@ -175,9 +175,9 @@ def test_a_broker_error_during_an_enqueue_is_logged_for_the_watchdog(
     from continuity.inbox import drain_send
     from continuity.tasks import drain_conversation
 
-    def broker_down(*args):
+    def broker_down(*args, **kwargs):
         raise OperationalError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
 
-    monkeypatch.setattr(drain_conversation, "delay", broker_down)
+    monkeypatch.setattr(drain_conversation, "apply_async", broker_down)
     drain_send(conversation_id=conversation.pk)
     assert "the watchdog will retry" in caplog.text
