@@ -41,16 +41,18 @@ def chaos_audit(*, conversation_ids: list[int], sent: int) -> dict:
     )
     done, dead = states.get(Message.State.DONE, 0), states.get(Message.State.DEAD, 0)
     runs = Run.objects.filter(conversation_id__in=conversation_ids)
+    paused = Conversation.objects.filter(pk__in=conversation_ids, state=Conversation.State.PAUSED)
+    # Stored and waiting for staff to resume their conversation: kept, not lost.
+    held = users.filter(conversation__in=paused, state__in=Message.PENDING_STATES).count()
     return {
         "sent": sent,
         "done": done,
         "dead": dead,
-        "lost": sent - done - dead,
+        "held_by_pause": held,
+        "lost": sent - done - dead - held,
         "duplicates": duplicates,
         "out_of_order": out_of_order(replies),
-        "paused": Conversation.objects.filter(
-            pk__in=conversation_ids, state=Conversation.State.PAUSED
-        ).count(),
+        "paused": paused.count(),
         "attempts": dict(
             runs.values_list("state").annotate(n=Count("pk")).values_list("state", "n")
         ),

@@ -8,7 +8,7 @@ import pytest
 from django.utils import timezone
 
 from continuity.chaos import chaos_audit
-from continuity.models import Message, Run
+from continuity.models import Conversation, Message, Run
 from tests.factories import ConversationFactory, MessageFactory
 
 pytestmark = pytest.mark.django_db
@@ -28,7 +28,7 @@ def test_a_clean_history_passes(conversation):
     audit = chaos_audit(conversation_ids=[conversation.pk], sent=3)
     assert audit | {"max_recovery_seconds": 0} == {
         "sent": 3, "done": 3, "dead": 0, "lost": 0, "duplicates": 0, "out_of_order": 0,
-        "paused": 0, "attempts": {}, "max_recovery_seconds": 0,
+        "held_by_pause": 0, "paused": 0, "attempts": {}, "max_recovery_seconds": 0,
     }  # fmt: skip
 
 
@@ -82,3 +82,11 @@ def test_a_message_answered_by_two_attempts_counts_as_a_duplicate(conversation):
         )  # fmt: skip
     answer(message)
     assert chaos_audit(conversation_ids=[conversation.pk], sent=1)["duplicates"] == 1
+
+
+def test_messages_of_a_paused_conversation_are_held_not_lost(conversation):
+    answer(MessageFactory(conversation=conversation))
+    MessageFactory(conversation=conversation, state="queued")
+    Conversation.objects.filter(pk=conversation.pk).update(state="paused")
+    audit = chaos_audit(conversation_ids=[conversation.pk], sent=2)
+    assert (audit["held_by_pause"], audit["lost"], audit["paused"]) == (1, 0, 1)

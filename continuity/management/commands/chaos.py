@@ -184,10 +184,14 @@ def send(conversations, count: int, rate: float, rng: random.Random) -> int:
 
 
 def pending(conversation_ids: list[int]) -> bool:
+    """Whether messages still wait for an answer; those of paused conversations wait for staff,
+    and the audit reports them apart."""
     return not database_answers(
         lambda: (
             not Message.objects.filter(
-                conversation_id__in=conversation_ids, state__in=Message.PENDING_STATES
+                conversation_id__in=conversation_ids,
+                conversation__state=Conversation.State.ACTIVE,
+                state__in=Message.PENDING_STATES,
             ).exists()
         )
     )
