@@ -61,7 +61,8 @@ def drain_send(*, conversation_id: int) -> None:
 
     One waiting drain per conversation keeps the queue fair: a drain answers one message and then
     sends the next drain to the back of the queue, so conversations take turns. The marker lives
-    in the broker's Redis, so a Redis that loses its queue loses the markers with it.
+    in the broker's Redis, so a Redis that loses its queue loses the markers with it, and a
+    worker clears it when it receives the task.
     """
     from .tasks import drain_conversation as drain_conversation_task
 
@@ -93,7 +94,7 @@ def drain_send(*, conversation_id: int) -> None:
 
 
 def drain_started(*, conversation_id: int) -> None:
-    """A drain left the queue: the next enqueue may send another one."""
+    """A drain left the queue (a worker received it): the next enqueue may send another one."""
     key_delete(drain_marker_key(conversation_id))
 
 

@@ -6,7 +6,6 @@ from celery import shared_task
 from django.db import InterfaceError, OperationalError
 
 from . import processing
-from .inbox import drain_started
 
 
 # A database outage before the attempt begins is retried with backoff (up to ~10 min); an
@@ -20,5 +19,4 @@ from .inbox import drain_started
     max_retries=20,
 )
 def drain_conversation(self, conversation_id: int) -> None:
-    drain_started(conversation_id=conversation_id)
     processing.drain_conversation(conversation_id=conversation_id, node=self.request.hostname or "")

@@ -5,10 +5,17 @@ from __future__ import annotations
 import logging
 import threading
 
-from celery.signals import worker_init, worker_ready, worker_shutdown, worker_shutting_down
+from celery.signals import (
+    task_received,
+    worker_init,
+    worker_ready,
+    worker_shutdown,
+    worker_shutting_down,
+)
 from django.db import DatabaseError, InterfaceError, close_old_connections, connection
 
 from .heartbeats import WorkerHeartbeat
+from .inbox import drain_started
 from .recovery import runs_interrupt, worker_start_scan
 from .workers import incarnation_begin, worker_announce, worker_stopped
 
@@ -22,6 +29,15 @@ _heartbeats: dict[str, WorkerHeartbeat] = {}
 def on_worker_init(sender, **kwargs) -> None:
     # Before the pool is forked, so every pool process inherits this start's id.
     incarnation_begin()
+
+
+@task_received.connect
+def on_task_received(sender, request, **kwargs) -> None:
+    # The drain left the queue: the next enqueue may send another. Cleared on receipt, not at
+    # start: a drain reserved by a worker that then dies would otherwise hold its marker (and
+    # the conversation) until the marker expires, while the broker keeps the task unacked.
+    if request.name == "continuity.drain_conversation" and request.args:
+        drain_started(conversation_id=request.args[0])
 
 
 @worker_ready.connect
