@@ -16,7 +16,7 @@ from django.conf import settings
 from django.contrib import auth
 from django.template.loader import render_to_string
 
-from continuity.events import conversation_group, session_group, user_group
+from continuity.live.events import conversation_group, session_group, user_group
 from continuity.models import Conversation
 from continuity.selectors import exchanges_of, newest_message_id
 

@@ -4,8 +4,8 @@ import uuid
 
 from django import forms
 
+from continuity.delivery.inbox import message_clean_text
 from continuity.errors import InvalidMessage
-from continuity.inbox import message_clean_text
 
 
 class MessageForm(forms.Form):

@@ -8,7 +8,7 @@ from django.db import transaction
 from django.db.models.signals import post_save, pre_save
 from django.dispatch import receiver
 
-from continuity.events import publish_session_ended
+from continuity.live.events import publish_session_ended
 
 User = get_user_model()
 SESSION_FIELDS = ("password", "is_active")

@@ -13,8 +13,8 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
+from continuity.delivery.inbox import conversation_start, message_accept
 from continuity.errors import ClientIdReused
-from continuity.inbox import conversation_start, message_accept
 from continuity.models import Conversation
 from continuity.selectors import conversations_of, exchanges_of, newest_message_id
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.contrib import admin, messages
 
-from .conversations import conversation_resume
+from .delivery.conversations import conversation_resume
 from .errors import InvalidTransition
 from .models import (
     Alert,

@@ -9,7 +9,7 @@ from pathlib import Path
 import psycopg
 from django.db import connection
 
-from continuity import chaos
+from continuity.ops import chaos
 from tests.waiting import wait_for
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 from django.db import connection
 
 from continuity.models import Run, Worker
-from continuity.processes import ChildProcess, WorkerChild, watchdog_argv
-from continuity.redis_server import free_port
+from continuity.ops.processes import ChildProcess, WorkerChild, watchdog_argv
+from continuity.ops.redis_server import free_port
 from tests.waiting import wait_for
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"

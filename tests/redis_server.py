@@ -5,7 +5,7 @@ from __future__ import annotations
 import atexit
 import os
 
-from continuity.redis_server import RedisServer
+from continuity.ops.redis_server import RedisServer
 
 URL_ENV = "CONTINUITY_TEST_REDIS_URL"
 _server: RedisServer | None = None

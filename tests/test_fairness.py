@@ -9,7 +9,7 @@ import uuid
 import pytest
 import redis
 
-from continuity.inbox import message_accept
+from continuity.delivery.inbox import message_accept
 from continuity.models import Message
 from tests.factories import ConversationFactory
 from tests.processes import WorkerProcess

@@ -18,8 +18,8 @@ import pytest
 import redis
 from django.conf import settings
 
-from continuity.conversations import conversation_resume
-from continuity.inbox import drains_waiting, message_accept
+from continuity.delivery.conversations import conversation_resume
+from continuity.delivery.inbox import drains_waiting, message_accept
 from continuity.models import (
     Alert,
     Conversation,

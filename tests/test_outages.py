@@ -17,7 +17,7 @@ from django.conf import settings
 from django.db import connection
 from django.test import Client
 
-from continuity.inbox import message_accept
+from continuity.delivery.inbox import message_accept
 from continuity.models import Conversation, CrashRecord, DeadLetter, Message, Run
 from tests.factories import ConversationFactory
 from tests.outages import database_refuses_connections, postgres_can_restart, postgres_restart

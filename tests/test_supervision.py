@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from continuity.inbox import message_accept
+from continuity.delivery.inbox import message_accept
 from continuity.models import Message, Worker
-from continuity.processes import ChildProcess
-from continuity.redis_server import free_port
+from continuity.ops.processes import ChildProcess
+from continuity.ops.redis_server import free_port
 from tests.factories import ConversationFactory, UserFactory
 from tests.processes import artifact, process_env
 from tests.redis_server import session_redis_server

@@ -9,7 +9,7 @@ import psycopg
 import pytest
 from django.db import connection
 
-from continuity.inbox import message_accept
+from continuity.delivery.inbox import message_accept
 from continuity.models import CrashRecord, Message, Worker
 from tests.factories import ConversationFactory
 from tests.outages import terminate_other_connections

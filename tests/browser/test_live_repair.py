@@ -12,11 +12,11 @@ import uuid
 import pytest
 from playwright.sync_api import Page, expect
 
-from continuity.attempts import attempt_begin, attempt_finish
-from continuity.events import publish_reply_chunk
-from continuity.inbox import message_accept
+from continuity.delivery.attempts import attempt_begin, attempt_finish
+from continuity.delivery.inbox import message_accept
+from continuity.delivery.processing import chunk_store
+from continuity.live.events import publish_reply_chunk
 from continuity.models import ReplyChunk
-from continuity.processing import chunk_store
 from tests.browser.helpers import log_in, off_the_loop
 from tests.factories import ConversationFactory, UserFactory
 from tests.processes import WebProcess

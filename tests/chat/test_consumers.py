@@ -11,9 +11,9 @@ from django.conf import settings
 from django.test import Client
 
 from continuity.asgi import application
-from continuity.attempts import attempt_begin
-from continuity.events import publish_message_changed, publish_reply_chunk
-from continuity.inbox import message_accept
+from continuity.delivery.attempts import attempt_begin
+from continuity.delivery.inbox import message_accept
+from continuity.live.events import publish_message_changed, publish_reply_chunk
 from continuity.models import ReplyChunk
 from tests.factories import ConversationFactory, UserFactory
 

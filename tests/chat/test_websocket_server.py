@@ -11,7 +11,7 @@ from django.test import Client
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
-from continuity.inbox import message_accept
+from continuity.delivery.inbox import message_accept
 from tests.factories import ConversationFactory, UserFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -9,9 +9,9 @@ import uuid
 
 import pytest
 
-from continuity.alerts import alert_mail, alerts_flush
-from continuity.attempts import attempt_begin
-from continuity.inbox import message_accept
+from continuity.delivery.alerts import alert_mail, alerts_flush
+from continuity.delivery.attempts import attempt_begin
+from continuity.delivery.inbox import message_accept
 from continuity.models import Alert, Conversation, DeadLetter, Run
 from tests.processes import WatchdogProcess
 from tests.waiting import wait_for
@@ -72,7 +72,7 @@ def test_mail_to_a_silent_server_gives_up_after_email_timeout(silent_smtp, setti
     settings.EMAIL_TIMEOUT = 0.5
     settings.ADMINS = [("Ops", "ops@example.org")]
     started = time.monotonic()
-    with caplog.at_level(logging.WARNING, logger="continuity.alerts"):
+    with caplog.at_level(logging.WARNING, logger="continuity.delivery.alerts"):
         alert_mail(subject="Test alert", text="body")
         assert time.monotonic() - started < 0.2  # queued, not sent inline
         assert alerts_flush(5)
@@ -81,11 +81,11 @@ def test_mail_to_a_silent_server_gives_up_after_email_timeout(silent_smtp, setti
 
 @pytest.mark.django_db
 def test_without_admins_nothing_is_sent_and_that_is_said_once(settings, caplog, mailoutbox):
-    from continuity import alerts
+    from continuity.delivery import alerts
 
     settings.ADMINS = []
     alerts._warned_no_admins = False
-    with caplog.at_level(logging.WARNING, logger="continuity.alerts"):
+    with caplog.at_level(logging.WARNING, logger="continuity.delivery.alerts"):
         alert_mail(subject="One", text="body")
         alert_mail(subject="Two", text="body")
     assert caplog.text.count("ADMINS is empty") == 1

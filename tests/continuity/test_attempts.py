@@ -8,11 +8,11 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from continuity.alerts import alerts_flush
-from continuity.attempts import attempt_begin, attempt_end, backoff_delay
-from continuity.conversations import conversation_resume
+from continuity.delivery.alerts import alerts_flush
+from continuity.delivery.attempts import attempt_begin, attempt_end, backoff_delay
+from continuity.delivery.conversations import conversation_resume
+from continuity.delivery.inbox import conversation_enqueue, message_accept
 from continuity.errors import InvalidTransition
-from continuity.inbox import conversation_enqueue, message_accept
 from continuity.models import Alert, Conversation, CrashRecord, DeadLetter, Message, Run
 
 pytestmark = pytest.mark.django_db

@@ -7,8 +7,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from continuity.chaos import chaos_audit
 from continuity.models import Conversation, Message, Run
+from continuity.ops.chaos import chaos_audit
 from tests.factories import ConversationFactory, MessageFactory
 
 pytestmark = pytest.mark.django_db

@@ -11,7 +11,7 @@ import redis
 from billiard.exceptions import SoftTimeLimitExceeded
 from django.conf import settings as django_settings
 
-from continuity.events import publish_message_changed, publisher_close
+from continuity.live.events import publish_message_changed, publisher_close
 
 
 @pytest.fixture(autouse=True)

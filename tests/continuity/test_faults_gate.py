@@ -10,7 +10,7 @@ PROBE = """
 import django
 django.setup()
 from django.conf import settings
-from continuity.faults import fault_point
+from continuity.ops.faults import fault_point
 from continuity.brains import brain_load
 fault_point("after_reply_committed")  # would SIGKILL this process if armed
 print("fault injection:", settings.CONTINUITY_FAULT_INJECTION)

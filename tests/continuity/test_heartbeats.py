@@ -8,13 +8,13 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from continuity import processing
-from continuity.attempts import attempt_begin, attempt_end, attempt_finish
+from continuity.delivery import processing
+from continuity.delivery.attempts import attempt_begin, attempt_end, attempt_finish
+from continuity.delivery.heartbeats import RunHeartbeat, keys_alive, run_key, stale_run_ids
+from continuity.delivery.inbox import message_accept
+from continuity.delivery.processing import chunk_store, step
 from continuity.errors import AttemptStopped
-from continuity.heartbeats import RunHeartbeat, keys_alive, run_key, stale_run_ids
-from continuity.inbox import message_accept
 from continuity.models import Checkpoint, Message, ReplyChunk, Run
-from continuity.processing import chunk_store, step
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -80,7 +80,7 @@ def test_staleness_needs_an_old_row_and_no_redis_key(run):
 
 
 def test_the_redis_key_is_refreshed_while_the_database_is_away(run):
-    from continuity.heartbeats import redis_client
+    from continuity.delivery.heartbeats import redis_client
     from tests.outages import database_refuses_connections
 
     key = run_key(run.pk)
@@ -98,7 +98,7 @@ def test_the_redis_key_is_refreshed_while_the_database_is_away(run):
 
 
 def test_a_heartbeat_that_breaks_unexpectedly_stops_its_attempt(settings):
-    from continuity.heartbeats import Beat
+    from continuity.delivery.heartbeats import Beat
 
     settings.CONTINUITY_HEARTBEAT_SECONDS = 0.05
 
@@ -122,7 +122,7 @@ def test_attempt_begin_asks_redis_before_it_locks_the_conversation(run, monkeypa
     from redis.backoff import NoBackoff
     from redis.retry import Retry
 
-    from continuity import heartbeats
+    from continuity.delivery import heartbeats
     from continuity.models import Conversation
 
     Run.objects.filter(pk=run.pk).update(heartbeat_at=timezone.now() - timedelta(seconds=5))

@@ -6,8 +6,8 @@ import uuid
 import pytest
 from django.db import connection, transaction
 
+from continuity.delivery.inbox import conversation_start, message_accept, title_from_text
 from continuity.errors import ClientIdReused, InvalidMessage
-from continuity.inbox import conversation_start, message_accept, title_from_text
 from continuity.models import Conversation, Message
 from tests.factories import UserFactory
 from tests.waiting import lock_waiters, wait_for
@@ -110,7 +110,7 @@ def test_a_conversation_has_at_most_one_drain_waiting_in_the_queue(
     import redis
     from django.conf import settings
 
-    from continuity.inbox import drain_started
+    from continuity.delivery.inbox import drain_received
 
     broker = redis.Redis.from_url(settings.REDIS_URL)
     broker.delete("celery")
@@ -120,7 +120,7 @@ def test_a_conversation_has_at_most_one_drain_waiting_in_the_queue(
             message_accept(conversation=conversation, text=f"m{number}", client_id=uuid.uuid4())
         message_accept(conversation=other, text="elsewhere", client_id=uuid.uuid4())
     assert broker.llen("celery") == 2
-    drain_started(conversation_id=conversation.pk)  # a worker took it: the next send goes out
+    drain_received(conversation_id=conversation.pk)  # a worker took it: the next send goes out
     with django_capture_on_commit_callbacks(execute=True):
         message_accept(conversation=conversation, text="m3", client_id=uuid.uuid4())
     assert broker.llen("celery") == 3
@@ -154,13 +154,13 @@ def test_a_soft_time_limit_during_an_enqueue_reaches_the_task(conversation, monk
     from billiard.exceptions import SoftTimeLimitExceeded
     from django.conf import settings
 
-    from continuity.inbox import drain_marker_key, drain_send
-    from continuity.tasks import drain_conversation
+    from continuity import celery_app
+    from continuity.delivery.inbox import drain_marker_key, drain_send
 
     def limit_reached(*args, **kwargs):
         raise SoftTimeLimitExceeded()
 
-    monkeypatch.setattr(drain_conversation, "apply_async", limit_reached)
+    monkeypatch.setattr(celery_app, "send_task", limit_reached)
     with pytest.raises(SoftTimeLimitExceeded):
         drain_send(conversation_id=conversation.pk)
     # Without its task the marker would hold off every enqueue of the conversation.
@@ -172,12 +172,12 @@ def test_a_broker_error_during_an_enqueue_is_logged_for_the_watchdog(
 ):
     from kombu.exceptions import OperationalError
 
-    from continuity.inbox import drain_send
-    from continuity.tasks import drain_conversation
+    from continuity import celery_app
+    from continuity.delivery.inbox import drain_send
 
     def broker_down(*args, **kwargs):
         raise OperationalError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
 
-    monkeypatch.setattr(drain_conversation, "apply_async", broker_down)
+    monkeypatch.setattr(celery_app, "send_task", broker_down)
     drain_send(conversation_id=conversation.pk)
     assert "the watchdog will retry" in caplog.text

@@ -10,9 +10,9 @@ from django.db import IntegrityError
 from django.utils import timezone
 
 from chat.brains.builtin import BuiltinBrain
-from continuity.inbox import message_accept
+from continuity.delivery.inbox import message_accept
+from continuity.delivery.processing import drain_conversation
 from continuity.models import Checkpoint, Message, ReplyChunk, Run
-from continuity.processing import drain_conversation
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -152,7 +152,7 @@ def test_memory_rows_are_locked_in_key_order_whatever_order_the_brain_gives(conv
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from continuity.processing import memory_store
+    from continuity.delivery.processing import memory_store
 
     message = send(conversation, "hello")
     with CaptureQueriesContext(connection) as queries:

@@ -11,17 +11,17 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from continuity.attempts import attempt_begin
-from continuity.heartbeats import stale_run_ids
-from continuity.inbox import message_accept
-from continuity.models import Conversation, CrashRecord, Run
-from continuity.recovery import (
+from continuity.delivery.attempts import attempt_begin
+from continuity.delivery.heartbeats import stale_run_ids
+from continuity.delivery.inbox import message_accept
+from continuity.delivery.recovery import (
     due_conversation_ids,
     runs_interrupt,
     runs_reap,
     watchdog_tick,
     worker_start_scan,
 )
+from continuity.models import Conversation, CrashRecord, Run
 
 pytestmark = pytest.mark.django_db
 
@@ -62,7 +62,7 @@ def test_a_run_that_beat_again_after_it_was_judged_stale_is_not_reaped(conversat
 
 
 def test_one_failing_item_does_not_stop_the_sweep(conversation, user, monkeypatch):
-    from continuity import recovery
+    from continuity.delivery import recovery
 
     other = Conversation.objects.create(owner=user)
     for chat in (conversation, other):
@@ -185,8 +185,8 @@ def test_while_the_broker_is_down_nothing_is_sent_and_the_next_sweep_retries(
 ):
     import redis
 
-    from continuity import recovery
-    from continuity.redis_server import free_port
+    from continuity.delivery import recovery
+    from continuity.ops.redis_server import free_port
 
     send(conversation)
     age(Conversation, conversation.pk, enqueued_at=31)
@@ -199,22 +199,41 @@ def test_while_the_broker_is_down_nothing_is_sent_and_the_next_sweep_retries(
 
 
 def test_a_conversation_whose_drain_still_waits_in_the_queue_is_not_sent_again(conversation):
-    from continuity.heartbeats import redis_client
-    from continuity.inbox import drain_marker_key
+    from continuity.delivery.heartbeats import redis_client
+    from continuity.delivery.inbox import DRAIN_SEQUENCE_KEY, drain_marker_key
 
     send(conversation)
     age(Conversation, conversation.pk, enqueued_at=31)
-    redis_client().set(drain_marker_key(conversation.pk), "1")
+    redis_client().set(drain_marker_key(conversation.pk), redis_client().incr(DRAIN_SEQUENCE_KEY))
     for _ in range(3):  # sweeps during a backlog must not pile up drains
         assert watchdog_tick()["requeued"] == 0
     redis_client().delete(drain_marker_key(conversation.pk))  # Redis lost its queue and markers
     assert due_conversation_ids() == [conversation.pk]
 
 
+def test_a_marker_older_than_a_received_drain_is_orphaned_and_sent_again(conversation):
+    """A worker that popped the drain and died before noting its receipt left the marker: the
+    queue is first in, first out, so a later drain's receipt shows this one is gone."""
+    from continuity.delivery.heartbeats import redis_client
+    from continuity.delivery.inbox import (
+        DRAIN_SEQUENCE_KEY,
+        drain_marker_key,
+        drain_received,
+    )
+
+    send(conversation)
+    age(Conversation, conversation.pk, enqueued_at=31)
+    orphan = redis_client().incr(DRAIN_SEQUENCE_KEY)
+    redis_client().set(drain_marker_key(conversation.pk), orphan)
+    assert due_conversation_ids() == []
+    drain_received(conversation_id=conversation.pk + 10_000, sequence=orphan + 1)
+    assert due_conversation_ids() == [conversation.pk]
+
+
 def test_a_planned_shutdown_also_interrupts_an_attempt_that_began_meanwhile(
     conversation, user, monkeypatch
 ):
-    from continuity import recovery
+    from continuity.delivery import recovery
 
     late = Conversation.objects.create(owner=user)
     send(conversation)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from continuity.redis_server import RedisServer
+from continuity.ops.redis_server import RedisServer
 
 pytestmark = pytest.mark.django_db
 

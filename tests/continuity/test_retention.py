@@ -7,10 +7,10 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from continuity.attempts import attempt_begin
-from continuity.inbox import message_accept
+from continuity.delivery.attempts import attempt_begin
+from continuity.delivery.inbox import message_accept
+from continuity.delivery.processing import drain_conversation
 from continuity.models import Checkpoint, Message, ReplyChunk
-from continuity.processing import drain_conversation
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -59,9 +59,9 @@ def test_old_history_is_pruned_but_dead_letters_waiting_for_staff_are_kept(conve
     from django.contrib.sessions.backends.db import SessionStore
     from django.contrib.sessions.models import Session
 
-    from continuity.dead_letters import dead_letter_create
+    from continuity.delivery.dead_letters import dead_letter_create
+    from continuity.delivery.retention import history_prune
     from continuity.models import Alert, CrashRecord, DeadLetter, Run, Worker
-    from continuity.retention import history_prune
 
     old = answered(conversation)
     waiting = message_accept(conversation=conversation, text="poison", client_id=uuid.uuid4())

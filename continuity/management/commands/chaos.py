@@ -16,11 +16,11 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import InterfaceError, OperationalError, connection
 
 from continuity import celery_app
-from continuity.chaos import Chaos, Restarts, chaos_audit, postgres_restart, wait_until
-from continuity.inbox import message_accept
+from continuity.delivery.inbox import message_accept
 from continuity.models import Conversation, Message
-from continuity.processes import ChildProcess, watchdog_argv
-from continuity.redis_server import RedisServer
+from continuity.ops.chaos import Chaos, Restarts, chaos_audit, postgres_restart, wait_until
+from continuity.ops.processes import ChildProcess, watchdog_argv
+from continuity.ops.redis_server import RedisServer
 
 RECOVERY_CLOCKS = {
     "CONTINUITY_HEARTBEAT_SECONDS": "1",

@@ -9,9 +9,9 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import InterfaceError, OperationalError, close_old_connections, connection
 
-from continuity.heartbeats import heartbeat_ttl
-from continuity.recovery import watchdog_tick
-from continuity.retention import retention_prune
+from continuity.delivery.heartbeats import heartbeat_ttl
+from continuity.delivery.recovery import watchdog_tick
+from continuity.delivery.retention import retention_prune
 
 logger = logging.getLogger("continuity.watchdog")
 

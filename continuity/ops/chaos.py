@@ -20,7 +20,7 @@ from pathlib import Path
 
 from django.db.models import Count
 
-from .models import Conversation, Message, Run
+from ..models import Conversation, Message, Run
 from .processes import WorkerChild
 
 

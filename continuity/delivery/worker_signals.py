@@ -15,7 +15,7 @@ from celery.signals import (
 from django.db import DatabaseError, InterfaceError, close_old_connections, connection
 
 from .heartbeats import WorkerHeartbeat
-from .inbox import drain_started
+from .inbox import drain_received
 from .recovery import runs_interrupt, worker_start_scan
 from .workers import incarnation_begin, worker_announce, worker_stopped
 
@@ -37,7 +37,9 @@ def on_task_received(sender, request, **kwargs) -> None:
     # start: a drain reserved by a worker that then dies would otherwise hold its marker (and
     # the conversation) until the marker expires, while the broker keeps the task unacked.
     if request.name == "continuity.drain_conversation" and request.args:
-        drain_started(conversation_id=request.args[0])
+        drain_received(
+            conversation_id=request.args[0], sequence=(request.kwargs or {}).get("sequence")
+        )
 
 
 @worker_ready.connect

@@ -14,10 +14,10 @@ from django.conf import settings
 from django.db.models import Exists, F, OuterRef, Q
 from django.db.models.functions import Now
 
+from ..models import Conversation, CrashRecord, Run
 from .attempts import CRASH_ERROR, attempt_end, db_now_plus, pending_messages
 from .heartbeats import redis_client, stale_run_ids
 from .inbox import conversation_enqueue, drains_waiting
-from .models import Conversation, CrashRecord, Run
 from .workers import current_incarnation, process_gone
 
 logger = logging.getLogger(__name__)

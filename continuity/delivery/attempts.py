@@ -17,14 +17,14 @@ from django.db import transaction
 from django.db.models import BooleanField, DateTimeField, ExpressionWrapper, Q
 from django.db.models.functions import Now
 
+from ..errors import AttemptStopped
+from ..live.events import publish_message_changed
+from ..models import Conversation, CrashRecord, Message, Run
+from ..ops.faults import fault_point
 from .conversations import conversation_pause
 from .dead_letters import dead_letter_create
-from .errors import AttemptStopped
-from .events import publish_message_changed
-from .faults import fault_point
 from .heartbeats import stale_before, stale_run_ids
 from .inbox import conversation_enqueue, message_bump
-from .models import Conversation, CrashRecord, Message, Run
 from .workers import current_incarnation
 
 logger = logging.getLogger(__name__)

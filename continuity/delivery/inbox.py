@@ -13,12 +13,16 @@ from django.db.models.functions import Now
 from django.utils import timezone
 from kombu.exceptions import OperationalError
 
-from .errors import ClientIdReused, InvalidMessage
-from .events import publish_message_changed
-from .heartbeats import key_delete, keys_alive, redis_client
-from .models import Conversation, Message
+from continuity.celery import app as celery_app
+
+from ..errors import ClientIdReused, InvalidMessage
+from ..live.events import publish_message_changed
+from ..models import Conversation, Message
+from .heartbeats import key_delete, redis_client
 
 logger = logging.getLogger(__name__)
+# Sent by name, so delivery's entry point never imports its own Celery adapter (tasks.py).
+DRAIN_TASK = "continuity.drain_conversation"
 
 TITLE_CHARS = 60
 SEND_ERRORS = (redis.RedisError, OperationalError, OSError)
@@ -42,6 +46,15 @@ def title_from_text(text: str) -> str:
     return words if len(words) <= TITLE_CHARS else words[: TITLE_CHARS - 1].rstrip() + "…"
 
 
+DRAIN_SEQUENCE_KEY = "continuity:drains:sent"
+DRAIN_RECEIVED_KEY = "continuity:drains:received"
+# Raise the "received" high-water mark, never lower it (receipts arrive slightly out of order).
+RECEIVED_RAISE = """
+local current = tonumber(redis.call('GET', KEYS[1]) or '0')
+if tonumber(ARGV[1]) > current then redis.call('SET', KEYS[1], ARGV[1]) end
+"""
+
+
 def drain_marker_key(conversation_id: int) -> str:
     return f"continuity:conversation:{conversation_id}:drain-queued"
 
@@ -61,21 +74,22 @@ def drain_send(*, conversation_id: int) -> None:
 
     One waiting drain per conversation keeps the queue fair: a drain answers one message and then
     sends the next drain to the back of the queue, so conversations take turns. The marker lives
-    in the broker's Redis, so a Redis that loses its queue loses the markers with it, and a
-    worker clears it when it receives the task.
+    in the broker's Redis, so a Redis that loses its queue loses the markers with it; it holds
+    the drain's sequence number, and a worker clears it when it receives the task.
     """
-    from .tasks import drain_conversation as drain_conversation_task
-
     marker = drain_marker_key(conversation_id)
     ttl = int(settings.CONTINUITY_DRAIN_MARKER_SECONDS)
     claimed, sent = True, False  # claimed unless Redis answers that another drain holds it
     try:
-        claimed = bool(redis_client().set(marker, "1", nx=True, ex=ttl))
+        sequence = redis_client().incr(DRAIN_SEQUENCE_KEY)
+        claimed = bool(redis_client().set(marker, sequence, nx=True, ex=ttl))
         if claimed:
             # The limits are read now, from this process's settings: Celery would otherwise
             # put the values it cached at its first send into every message.
-            drain_conversation_task.apply_async(
+            celery_app.send_task(
+                DRAIN_TASK,
                 (conversation_id,),
+                {"sequence": sequence},
                 soft_time_limit=settings.CELERY_TASK_SOFT_TIME_LIMIT,
                 time_limit=settings.CELERY_TASK_TIME_LIMIT,
             )
@@ -93,15 +107,36 @@ def drain_send(*, conversation_id: int) -> None:
             key_delete(marker)
 
 
-def drain_started(*, conversation_id: int) -> None:
-    """A drain left the queue (a worker received it): the next enqueue may send another one."""
+def drain_received(*, conversation_id: int, sequence: int | None = None) -> None:
+    """A worker received a drain (it left the queue): the next enqueue may send another one."""
     key_delete(drain_marker_key(conversation_id))
+    if sequence is not None:
+        try:
+            redis_client().eval(RECEIVED_RAISE, 1, DRAIN_RECEIVED_KEY, sequence)
+        except redis.RedisError:
+            logger.warning("Drain receipt %s not recorded: Redis unavailable", sequence)
 
 
 def drains_waiting(conversation_ids: list[int]) -> set[int]:
-    """The conversations among these that have a drain waiting in the queue."""
-    alive = keys_alive([drain_marker_key(pk) for pk in conversation_ids])
-    return {pk for pk in conversation_ids if drain_marker_key(pk) in alive}
+    """The conversations among these that have a drain waiting in the queue.
+
+    The queue is first in, first out: a marker older than a drain that a worker has already
+    received belongs to a drain that will never arrive (popped by a worker that died before it
+    could note the receipt, or lost with it), so it does not count.
+    """
+    if not conversation_ids:
+        return set()
+    keys = [drain_marker_key(pk) for pk in conversation_ids]
+    try:
+        *markers, received = redis_client().mget([*keys, DRAIN_RECEIVED_KEY])
+    except redis.RedisError:
+        return set()
+    received_up_to = int(received or 0)
+    return {
+        pk
+        for pk, marker in zip(conversation_ids, markers, strict=True)
+        if marker is not None and int(marker) > received_up_to
+    }
 
 
 def message_accept(*, conversation: Conversation, text: str, client_id: uuid.UUID) -> Message:

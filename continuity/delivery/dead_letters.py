@@ -7,10 +7,10 @@ import logging
 from django.db import transaction
 from django.utils import timezone
 
+from ..live.events import publish_message_changed
+from ..models import Conversation, CrashRecord, DeadLetter, Message
 from .alerts import alert_mail
-from .events import publish_message_changed
 from .inbox import conversation_enqueue, message_bump
-from .models import Conversation, CrashRecord, DeadLetter, Message
 
 logger = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ import uuid
 
 from django.db.models.functions import Now
 
+from ..models import Worker
 from .heartbeats import key_delete, key_refresh, keys_alive, worker_key
-from .models import Worker
 
 logger = logging.getLogger(__name__)
 _incarnation = ""

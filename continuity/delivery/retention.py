@@ -15,7 +15,7 @@ from importlib import import_module
 from django.conf import settings
 from django.utils import timezone
 
-from .models import Alert, Checkpoint, CrashRecord, DeadLetter, Message, ReplyChunk, Run, Worker
+from ..models import Alert, Checkpoint, CrashRecord, DeadLetter, Message, ReplyChunk, Run, Worker
 
 logger = logging.getLogger(__name__)
 FINAL_STATES = (Message.State.DONE, Message.State.DEAD)

@@ -18,12 +18,12 @@ from django.core.exceptions import ValidationError
 from django.db import InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
+from ..brains import Brain, Context, Turn, brain_load
+from ..errors import AttemptStopped, PermanentError
+from ..live.events import publish_reply_chunk
+from ..models import Checkpoint, MemoryFact, Message, ReplyChunk, Run
 from .attempts import DATABASE_LOST, attempt_begin, attempt_end, attempt_finish, run_lock_owned
-from .brains import Brain, Context, Turn, brain_load
-from .errors import AttemptStopped, PermanentError
-from .events import publish_reply_chunk
 from .heartbeats import RunHeartbeat
-from .models import Checkpoint, MemoryFact, Message, ReplyChunk, Run
 
 logger = logging.getLogger(__name__)
 # Failures that the same input will hit again on every retry: dead-letter at once.

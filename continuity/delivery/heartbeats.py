@@ -14,7 +14,7 @@ from django.db import DatabaseError, InterfaceError, close_old_connections, conn
 from django.db.models import DateTimeField, ExpressionWrapper, QuerySet
 from django.db.models.functions import Now
 
-from .models import Run, Worker
+from ..models import Run, Worker
 
 logger = logging.getLogger(__name__)
 

@@ -18,5 +18,6 @@ from . import processing
     retry_backoff_max=30,
     max_retries=20,
 )
-def drain_conversation(self, conversation_id: int) -> None:
+def drain_conversation(self, conversation_id: int, sequence: int | None = None) -> None:
+    # `sequence` is read on receipt (worker_signals): it orders drain markers, see inbox.
     processing.drain_conversation(conversation_id=conversation_id, node=self.request.hostname or "")

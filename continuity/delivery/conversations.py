@@ -7,11 +7,11 @@ import logging
 from django.db import transaction
 from django.utils import timezone
 
+from ..errors import InvalidTransition
+from ..live.events import publish_conversation_changed
+from ..models import Alert, Conversation, CrashRecord
 from .alerts import alert_mail
-from .errors import InvalidTransition
-from .events import publish_conversation_changed
 from .inbox import conversation_enqueue
-from .models import Alert, Conversation, CrashRecord
 
 logger = logging.getLogger(__name__)
 
