@@ -48,10 +48,13 @@ def title_from_text(text: str) -> str:
 
 DRAIN_SEQUENCE_KEY = "continuity:drains:sent"
 DRAIN_RECEIVED_KEY = "continuity:drains:received"
-# Raise the "received" high-water mark, never lower it (receipts arrive slightly out of order).
-RECEIVED_RAISE = """
-local current = tonumber(redis.call('GET', KEYS[1]) or '0')
-if tonumber(ARGV[1]) > current then redis.call('SET', KEYS[1], ARGV[1]) end
+# On receipt of drain ARGV[1]: clear the conversation's marker if it is this drain's (an older
+# duplicate must not clear the marker of a newer drain still in the queue), and raise the
+# "received" high-water mark, never lower it (receipts arrive slightly out of order).
+RECEIVED = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+local received = tonumber(redis.call('GET', KEYS[2]) or '0')
+if tonumber(ARGV[1]) > received then redis.call('SET', KEYS[2], ARGV[1]) end
 """
 
 
@@ -107,14 +110,15 @@ def drain_send(*, conversation_id: int) -> None:
             key_delete(marker)
 
 
-def drain_received(*, conversation_id: int, sequence: int | None = None) -> None:
-    """A worker received a drain (it left the queue): the next enqueue may send another one."""
-    key_delete(drain_marker_key(conversation_id))
-    if sequence is not None:
-        try:
-            redis_client().eval(RECEIVED_RAISE, 1, DRAIN_RECEIVED_KEY, sequence)
-        except redis.RedisError:
-            logger.warning("Drain receipt %s not recorded: Redis unavailable", sequence)
+def drain_received(*, conversation_id: int, sequence: int) -> None:
+    """A worker received drain `sequence` (it left the queue): the next enqueue of its
+    conversation may send another one."""
+    try:
+        redis_client().eval(
+            RECEIVED, 2, drain_marker_key(conversation_id), DRAIN_RECEIVED_KEY, sequence
+        )
+    except redis.RedisError:
+        logger.warning("Receipt of drain %s not recorded: Redis unavailable", sequence)
 
 
 def drains_waiting(conversation_ids: list[int]) -> set[int]:

@@ -36,10 +36,9 @@ def on_task_received(sender, request, **kwargs) -> None:
     # The drain left the queue: the next enqueue may send another. Cleared on receipt, not at
     # start: a drain reserved by a worker that then dies would otherwise hold its marker (and
     # the conversation) until the marker expires, while the broker keeps the task unacked.
-    if request.name == "continuity.drain_conversation" and request.args:
-        drain_received(
-            conversation_id=request.args[0], sequence=(request.kwargs or {}).get("sequence")
-        )
+    sequence = (request.kwargs or {}).get("sequence")
+    if request.name == "continuity.drain_conversation" and request.args and sequence:
+        drain_received(conversation_id=request.args[0], sequence=sequence)
 
 
 @worker_ready.connect

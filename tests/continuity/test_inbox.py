@@ -110,7 +110,7 @@ def test_a_conversation_has_at_most_one_drain_waiting_in_the_queue(
     import redis
     from django.conf import settings
 
-    from continuity.delivery.inbox import drain_received
+    from continuity.delivery.inbox import drain_marker_key, drain_received
 
     broker = redis.Redis.from_url(settings.REDIS_URL)
     broker.delete("celery")
@@ -120,7 +120,10 @@ def test_a_conversation_has_at_most_one_drain_waiting_in_the_queue(
             message_accept(conversation=conversation, text=f"m{number}", client_id=uuid.uuid4())
         message_accept(conversation=other, text="elsewhere", client_id=uuid.uuid4())
     assert broker.llen("celery") == 2
-    drain_received(conversation_id=conversation.pk)  # a worker took it: the next send goes out
+    sequence = int(broker.get(drain_marker_key(conversation.pk)))
+    drain_received(conversation_id=conversation.pk, sequence=sequence - 1)  # an older duplicate
+    assert broker.exists(drain_marker_key(conversation.pk))  # its own drain still waits
+    drain_received(conversation_id=conversation.pk, sequence=sequence)  # a worker took it
     with django_capture_on_commit_callbacks(execute=True):
         message_accept(conversation=conversation, text="m3", client_id=uuid.uuid4())
     assert broker.llen("celery") == 3
