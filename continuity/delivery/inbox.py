@@ -68,7 +68,6 @@ def conversation_enqueue(*, conversation_id: int) -> None:
     The stored pending message, not this broker message, is the real outbox: if the send is lost
     (process death right after commit, Redis down or flushed), the watchdog sends it again.
     """
-    Conversation.objects.filter(pk=conversation_id).update(enqueued_at=Now())
     transaction.on_commit(lambda: drain_send(conversation_id=conversation_id))
 
 
@@ -97,6 +96,10 @@ def drain_send(*, conversation_id: int) -> None:
                 time_limit=settings.CELERY_TASK_TIME_LIMIT,
             )
             sent = True
+            # When a drain was last really sent: the watchdog's clock for "lost". Not bumped when
+            # a drain already waits, or a stuck marker would look fresh for as long as messages
+            # keep arriving.
+            Conversation.objects.filter(pk=conversation_id).update(enqueued_at=Now())
     except SEND_ERRORS:
         # Only broker and network errors: a soft time limit raised meanwhile must reach the task.
         logger.warning(

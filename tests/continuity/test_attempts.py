@@ -11,7 +11,7 @@ from django.utils import timezone
 from continuity.delivery.alerts import alerts_flush
 from continuity.delivery.attempts import attempt_begin, attempt_end, backoff_delay
 from continuity.delivery.conversations import conversation_resume
-from continuity.delivery.inbox import conversation_enqueue, message_accept
+from continuity.delivery.inbox import drain_send, message_accept
 from continuity.errors import InvalidTransition
 from continuity.models import Alert, Conversation, CrashRecord, DeadLetter, Message, Run
 
@@ -206,7 +206,7 @@ def test_backoff_and_crash_times_use_the_database_clock(conversation, monkeypatc
     skewed = timezone.now() + timedelta(seconds=skew_seconds)
     monkeypatch.setattr(timezone, "now", lambda: skewed)
     crash(run)
-    conversation_enqueue(conversation_id=conversation.pk)
+    drain_send(conversation_id=conversation.pk)
     monkeypatch.undo()
     with connection.cursor() as cursor:
         cursor.execute("SELECT statement_timestamp()")

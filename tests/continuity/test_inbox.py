@@ -18,7 +18,7 @@ pytestmark = pytest.mark.django_db
 def test_accept_stores_a_queued_user_message_and_enqueues_on_commit(
     conversation, django_capture_on_commit_callbacks
 ):
-    with django_capture_on_commit_callbacks() as callbacks:
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
         message = message_accept(
             conversation=conversation, text="  Hello  ", client_id=uuid.uuid4()
         )

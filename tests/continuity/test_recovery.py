@@ -93,17 +93,23 @@ def test_the_watchdog_reaps_stale_runs(conversation):
     assert CrashRecord.objects.get().detected_by == "watchdog"
 
 
-def test_a_freshly_enqueued_conversation_is_not_sent_again(conversation):
-    send(conversation)
+def test_a_freshly_enqueued_conversation_is_not_sent_again(
+    conversation, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        send(conversation)
     assert due_conversation_ids() == []
 
 
-def test_a_conversation_whose_enqueue_is_old_is_sent_again(conversation):
+def test_a_conversation_whose_enqueue_is_old_is_sent_again(
+    conversation, django_capture_on_commit_callbacks
+):
     send(conversation)
     age(Conversation, conversation.pk, enqueued_at=31)
     assert due_conversation_ids() == [conversation.pk]
-    watchdog_tick()
-    assert due_conversation_ids() == []  # enqueued_at was refreshed
+    with django_capture_on_commit_callbacks(execute=True):
+        watchdog_tick()
+    assert due_conversation_ids() == []  # sent again: its drain now waits in the queue
 
 
 def test_a_conversation_is_sent_again_once_its_backoff_ends(conversation):
@@ -253,3 +259,19 @@ def test_a_planned_shutdown_also_interrupts_an_attempt_that_began_meanwhile(
         (first.pk, "interrupted"),
         (began_meanwhile[0].pk, "interrupted"),
     }
+
+
+def test_new_messages_do_not_hide_a_stuck_marker(conversation, django_capture_on_commit_callbacks):
+    """Accepts that find a drain marker send nothing, so they must not make the conversation
+    look freshly enqueued: with an orphaned marker it would never be sent again."""
+    from continuity.delivery.heartbeats import redis_client
+    from continuity.delivery.inbox import drain_marker_key, drain_received
+
+    with django_capture_on_commit_callbacks(execute=True):
+        send(conversation)
+    orphan = int(redis_client().get(drain_marker_key(conversation.pk)))
+    drain_received(conversation_id=conversation.pk + 10_000, sequence=orphan + 1)
+    age(Conversation, conversation.pk, enqueued_at=31)
+    with django_capture_on_commit_callbacks(execute=True):
+        send(conversation)  # finds the marker: nothing is sent
+    assert due_conversation_ids() == [conversation.pk]
