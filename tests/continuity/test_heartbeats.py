@@ -129,21 +129,19 @@ def test_attempt_begin_asks_redis_before_it_locks_the_conversation(run, monkeypa
     silent = socket.socket()
     silent.bind(("127.0.0.1", 0))
     silent.listen()  # accepts connections, never answers
+    silent.settimeout(10)
     stalled = redis.Redis(
-        port=silent.getsockname()[1], socket_timeout=1, retry=Retry(NoBackoff(), 0)
+        port=silent.getsockname()[1], socket_timeout=5, retry=Retry(NoBackoff(), 0)
     )
     monkeypatch.setattr(heartbeats, "redis_client", lambda: stalled)
     asking = threading.Thread(target=lambda: attempt_begin(conversation_id=run.conversation_id))
     asking.start()
+    asked, _ = silent.accept()  # held open and never answered: attempt_begin waits on Redis
     try:
-        wait_for(
-            lambda: len(silent.accept()[0].getsockname()) > 0,
-            timeout=5,
-            what="attempt_begin to ask Redis",
-        )
         with transaction.atomic():
             Conversation.objects.select_for_update(nowait=True).get(pk=run.conversation_id)
     finally:
+        asked.close()
         asking.join()
         connection.close()
         silent.close()

@@ -232,7 +232,8 @@ def test_a_marker_older_than_a_received_drain_is_orphaned_and_sent_again(convers
     orphan = redis_client().incr(DRAIN_SEQUENCE_KEY)
     redis_client().set(drain_marker_key(conversation.pk), orphan)
     assert due_conversation_ids() == []
-    drain_received(conversation_id=conversation.pk + 10_000, sequence=orphan + 1)
+    later = redis_client().incr(DRAIN_SEQUENCE_KEY)  # another conversation's drain, sent after
+    drain_received(conversation_id=conversation.pk + 10_000, sequence=later)
     assert due_conversation_ids() == [conversation.pk]
 
 
@@ -261,17 +262,47 @@ def test_a_planned_shutdown_also_interrupts_an_attempt_that_began_meanwhile(
     }
 
 
-def test_new_messages_do_not_hide_a_stuck_marker(conversation, django_capture_on_commit_callbacks):
-    """Accepts that find a drain marker send nothing, so they must not make the conversation
-    look freshly enqueued: with an orphaned marker it would never be sent again."""
-    from continuity.delivery.heartbeats import redis_client
-    from continuity.delivery.inbox import drain_marker_key, drain_received
+def test_a_new_message_replaces_an_orphaned_marker(
+    conversation, django_capture_on_commit_callbacks
+):
+    """A drain popped by a worker that died before noting its receipt leaves its marker behind:
+    the next message must send a drain anyway, not wait for the marker to expire."""
+    import redis
+    from django.conf import settings
 
+    from continuity.delivery.heartbeats import redis_client
+    from continuity.delivery.inbox import DRAIN_SEQUENCE_KEY, drain_received
+
+    broker = redis.Redis.from_url(settings.REDIS_URL)
+    with django_capture_on_commit_callbacks(execute=True):
+        send(conversation)
+    broker.delete("celery")  # the popped drain, lost with its worker
+    later = redis_client().incr(DRAIN_SEQUENCE_KEY)
+    drain_received(conversation_id=conversation.pk + 10_000, sequence=later)
+    with django_capture_on_commit_callbacks(execute=True):
+        send(conversation)
+    assert broker.llen("celery") == 1
+
+
+def test_the_watchdog_replaces_an_orphaned_marker_and_sends(
+    conversation, django_capture_on_commit_callbacks
+):
+    import redis
+    from django.conf import settings
+
+    from continuity.delivery.heartbeats import redis_client
+    from continuity.delivery.inbox import DRAIN_SEQUENCE_KEY, drain_marker_key, drain_received
+
+    broker = redis.Redis.from_url(settings.REDIS_URL)
     with django_capture_on_commit_callbacks(execute=True):
         send(conversation)
     orphan = int(redis_client().get(drain_marker_key(conversation.pk)))
-    drain_received(conversation_id=conversation.pk + 10_000, sequence=orphan + 1)
+    later = redis_client().incr(DRAIN_SEQUENCE_KEY)
+    drain_received(conversation_id=conversation.pk + 10_000, sequence=later)
     age(Conversation, conversation.pk, enqueued_at=31)
+    broker.delete("celery")
     with django_capture_on_commit_callbacks(execute=True):
-        send(conversation)  # finds the marker: nothing is sent
-    assert due_conversation_ids() == [conversation.pk]
+        assert watchdog_tick()["requeued"] == 1
+    assert broker.llen("celery") == 1  # really sent, not just counted
+    assert int(redis_client().get(drain_marker_key(conversation.pk))) > later > orphan
+    assert due_conversation_ids() == []
