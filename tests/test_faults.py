@@ -107,7 +107,6 @@ def test_sigkill_of_the_worker_child_mid_reply(processes):
     assert run_states(message) == ["crashed", "completed"]
     assert CrashRecord.objects.get().run_id == run.pk
     assert steps_by_run(message) == {
-        "context": run.pk,
         "plan": run.pk,
         "respond": "retry",
         "remember": "retry",
