@@ -423,7 +423,8 @@ class Summary(models.Model):
         Message,
         on_delete=models.RESTRICT,
         related_name="+",
-        help_text="The last message this summary covers; later turns are given verbatim.",
+        help_text="The user message of the last turn (question and its reply) it covers; "
+        "later turns are given verbatim.",
     )
     text = models.TextField()
     author = models.ForeignKey(

@@ -147,7 +147,7 @@ def context_assemble(*, run: Run, message: Message, brain: Brain) -> Context:
         if summary is not None:
             compaction_store(
                 conversation_id=run.conversation_id,
-                covers_through_id=older[-1][-1],
+                covers_through_id=older[-1][0],
                 text=summary,
                 run=run,
             )
