@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 
 from django.conf import settings
+from django.utils import timezone
 
 from continuity.brains import Context, Turn
 
@@ -150,7 +151,8 @@ class BuiltinBrain:
             lines += ["", f"Your goal is **{goal}**; next step: {goal_plan(goal)[0].lower()}."]
         if note and note.next_steps:
             # The handoff is the working memory staff can correct: its next step wins.
-            lines += ["", f"Next step (from the handoff of {note.written_at:%H:%M}): "
+            written = timezone.localtime(note.written_at)
+            lines += ["", f"Next step (from the handoff of {written:%H:%M}): "
                       f"{note.next_steps[0]}"]  # fmt: skip
         return "\n".join(lines)
 
