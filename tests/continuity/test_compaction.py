@@ -187,3 +187,12 @@ def test_staff_edit_a_summary_as_a_new_version_that_the_next_run_uses(
     question = answer(conversation, "What do you remember?")
     assert RunContext.objects.get(run__message=question).summary == edited
     assert "My name is Grace." in question.reply.text
+
+
+def test_a_user_with_compacted_conversations_can_still_be_deleted(conversation, small_budget):
+    number = 0
+    while not Summary.objects.exists():
+        number += 1
+        answer(conversation, f"Filler message number {number}, nothing to keep.")
+    conversation.owner.delete()
+    assert not Summary.objects.exists() and not Message.objects.exists()
