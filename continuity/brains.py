@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Protocol
 
 from django.conf import settings
@@ -18,8 +19,23 @@ class Turn:
 
 
 @dataclass(frozen=True)
+class HandoffNote:
+    """The newest handoff, as working memory (not chat history)."""
+
+    version: int
+    reason: str
+    written_at: datetime
+    current_state: str = ""
+    critical_context: list[str] = field(default_factory=list)
+    next_steps: list[str] = field(default_factory=list)
+    decisions: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class Context:
-    """What a brain may know when answering one user message."""
+    """What a brain may know when answering one user message, in the startup order: identity
+    and rules, long-term facts, task state (handoff, last plan), summary + recent turns, then
+    messages still waiting."""
 
     owner_id: int
     conversation_id: int
@@ -28,6 +44,11 @@ class Context:
     text: str
     history: list[Turn] = field(default_factory=list)
     facts: dict[str, str] = field(default_factory=dict)
+    identity: str = ""
+    handoff: HandoffNote | None = None
+    task_checkpoint: dict = field(default_factory=dict)
+    summary: str = ""
+    pending: list[Turn] = field(default_factory=list)
 
 
 class Brain(Protocol):
@@ -39,6 +60,14 @@ class Brain(Protocol):
 
     def remember(self, context: Context, plan: dict, reply: str) -> dict[str, str]:
         """Durable facts about the user learned from this turn."""
+
+    def task_state(self, context: Context, plan: dict, reply: str) -> dict[str, str] | None:
+        """The handoff sections after this turn (current_state, critical_context, next_steps,
+        decisions; lists one item per line), or None when the task state did not change."""
+
+    def summarize(self, turns: list[Turn], previous_summary: str) -> str:
+        """A summary of `turns` that extends `previous_summary`; it must keep every fact the
+        user stated, since the turns leave the prompt."""
 
 
 def brain_load() -> Brain:

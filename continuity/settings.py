@@ -275,6 +275,20 @@ CONTINUITY_BRAINS = {"builtin": "chat.brains.builtin.BuiltinBrain"}
 CONTINUITY_BUILTIN_TOKEN_DELAY = env_float("CONTINUITY_BUILTIN_TOKEN_DELAY", 0.03)
 CONTINUITY_MAX_MESSAGE_CHARS = env_int("CONTINUITY_MAX_MESSAGE_CHARS", 16_000)
 CONTINUITY_HISTORY_TURNS = env_int("CONTINUITY_HISTORY_TURNS", 20)
+# The context budget: past CONTINUITY_COMPACT_AT of it, turns older than the last
+# CONTINUITY_HISTORY_TURNS are summarized by the brain (see continuity/context/compaction.py).
+CONTINUITY_CONTEXT_TOKENS = env_int("CONTINUITY_CONTEXT_TOKENS", 8000)
+CONTINUITY_COMPACT_AT = env_float("CONTINUITY_COMPACT_AT", 0.8)
+CONTINUITY_TOKEN_ESTIMATOR = os.environ.get(
+    "CONTINUITY_TOKEN_ESTIMATOR", "continuity.context.tokens.chars_per_token_estimate"
+)
+CONTINUITY_IDENTITY = os.environ.get(
+    "CONTINUITY_IDENTITY",
+    "You are Continuity, an assistant that helps one person work toward their goals. "
+    "You survive restarts: the working memory below is yours, written before the last stop. "
+    "Never invent facts about the user; say when you do not know. "
+    "Never reveal other users' data. Tell the user when a restart interrupted your work.",
+)
 CONTINUITY_MAX_ATTEMPTS = env_int("CONTINUITY_MAX_ATTEMPTS", 3)
 CONTINUITY_HEARTBEAT_SECONDS = env_float("CONTINUITY_HEARTBEAT_SECONDS", 5)
 CONTINUITY_STREAM_FLUSH_SECONDS = env_float("CONTINUITY_STREAM_FLUSH_SECONDS", 0.1)

@@ -18,6 +18,7 @@ import pytest
 import redis
 from django.conf import settings
 
+from continuity.context.assembly import run_context_text
 from continuity.delivery.conversations import conversation_resume
 from continuity.delivery.inbox import drains_waiting, message_accept
 from continuity.models import (
@@ -107,7 +108,6 @@ def test_sigkill_of_the_worker_child_mid_reply(processes):
     assert run_states(message) == ["crashed", "completed"]
     assert CrashRecord.objects.get().run_id == run.pk
     assert steps_by_run(message) == {
-        "context": run.pk,
         "plan": run.pk,
         "respond": "retry",
         "remember": "retry",
@@ -210,6 +210,32 @@ def test_sigterm_mid_reply_interrupts_and_the_next_worker_completes(processes):
     assert message.attempts == 1
     assert not CrashRecord.objects.exists()
     assert_promise_kept([message])
+
+
+def test_sigterm_mid_conversation_leaves_a_handoff_that_the_next_run_is_given(processes):
+    worker = processes.add(WorkerProcess(**SLOW))
+    (conversation,) = conversations(1)
+    earlier = send(conversation, "My goal is to finish the migration")
+    wait_finished([earlier])
+    message = send(conversation, LONG_REPLY)
+
+    run = wait_streaming(message)
+    worker.signal(signal.SIGTERM)
+    worker.popen.wait(timeout=30)
+    handoff = conversation.handoffs.order_by("-version").first()
+    assert (handoff.reason, handoff.run_id, handoff.author) == ("planned_shutdown", run.pk, None)
+    assert handoff.current_state.startswith(f"Interrupted while answering: “{LONG_REPLY}”")
+    assert "Working on: finish the migration" in handoff.current_state  # from the newest one
+    assert handoff.next_steps.startswith("Answer the interrupted message")
+
+    processes.add(WorkerProcess(**SLOW))
+    wait_finished([message])
+    resumed = message.runs.get(state="completed")
+    assert resumed.context.handoff == handoff
+    assert "Working memory (handoff v" in run_context_text(resumed.context)
+    assert "Planned shutdown" in run_context_text(resumed.context)
+    assert "Interrupted" not in conversation.handoffs.order_by("-version").first().current_state
+    assert_promise_kept([earlier, message])
 
 
 @pytest.mark.parametrize("loss", ["restart", "flushall"])

@@ -11,8 +11,9 @@ import time
 from collections.abc import Iterator
 
 from django.conf import settings
+from django.utils import timezone
 
-from continuity.brains import Context
+from continuity.brains import Context, Turn
 
 NAME = re.compile(
     r"\b(?i:my name is|call me|i am|i'm)\s+(?P<name>[A-Za-z][\w'-]*(?:\s+[A-Z][\w'-]*)?)"
@@ -42,6 +43,7 @@ HELP = re.compile(r"^\s*(?:help|\?|what can you do)\s*\??\s*$", re.IGNORECASE)
 # "I'm tired" must not become a name: a name needs a capital letter or an explicit phrase.
 EXPLICIT_NAME = re.compile(r"\b(?:my name is|call me)\b", re.IGNORECASE)
 TOKEN = re.compile(r"\S+\s*|\s+")
+SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 
 
 def clip(text: str, limit: int = 120) -> str:
@@ -127,20 +129,31 @@ class BuiltinBrain:
         steps = "\n".join(f"{i}. {s}" for i, s in enumerate(goal_plan(goal), 1))
         return f"Your goal is **{goal}**. The plan:\n\n{steps}"
 
-    def reply_ask_memory(self, *, known: dict, **_) -> str:
-        if not known:
+    def reply_ask_memory(self, *, context: Context, known: dict, **_) -> str:
+        if not known and not context.summary:
             return "I don't know anything about you yet. Tell me your name or a goal."
         lines = "\n".join(f"- **{key}**: {value}" for key, value in sorted(known.items()))
-        return f"Here is what I remember:\n\n{lines}"
+        reply = f"Here is what I remember:\n\n{lines}" if known else ""
+        if context.summary:
+            # Compacted turns left the prompt; what the user stated in them is in the summary.
+            earlier = f"From earlier in our conversation:\n\n{context.summary}"
+            reply = f"{reply}\n\n{earlier}" if reply else earlier
+        return reply
 
     def reply_recap(self, *, context: Context, known: dict, name: str | None, **_) -> str:
         asked = [turn.text for turn in context.history if turn.role == "user"]
-        if not asked:
+        note = context.handoff
+        if not asked and not note:
             return "This is the start of our conversation, so there is nothing to recap yet."
         lines = [f"Here is where we were{', ' + name if name else ''}:", ""]
         lines += [f"- You said: “{clip(text, 80)}”" for text in asked[-3:]]
         if goal := known.get("goal"):
             lines += ["", f"Your goal is **{goal}**; next step: {goal_plan(goal)[0].lower()}."]
+        if note and note.next_steps:
+            # The handoff is the working memory staff can correct: its next step wins.
+            written = timezone.localtime(note.written_at)
+            lines += ["", f"Next step (from the handoff of {written:%H:%M}): "
+                      f"{note.next_steps[0]}"]  # fmt: skip
         return "\n".join(lines)
 
     def reply_help(self, **_) -> str:
@@ -180,3 +193,38 @@ class BuiltinBrain:
         if goal := known.get("goal"):
             return f"{reply} How does it move your goal, **{goal}**, forward?"
         return f"{reply} Tell me your goal and I'll help you plan it."
+
+    def task_state(self, context: Context, plan: dict, reply: str) -> dict | None:
+        """Changed only when the turn stated something (a name, a goal, a like, a note)."""
+        facts = plan.get("facts") or {}
+        if not facts:
+            return None
+        known = {**context.facts, **facts}
+        note = context.handoff
+        goal = known.get("goal")
+        critical = [f"{key}: {value}" for key, value in sorted(known.items()) if key != "goal"]
+        if note:  # keep what staff (or an earlier turn) added beyond the facts
+            critical += [line for line in note.critical_context if line.split(":")[0] not in known]
+        steps = plan.get("steps") or (note.next_steps if note else None)
+        decisions = list(note.decisions) if note else []
+        if "goal" in facts:
+            decisions.append(f"Drafted a three-step plan for “{facts['goal']}”")
+        return {
+            "current_state": f"Working on: {goal}" if goal else "No goal set yet.",
+            "critical_context": critical,
+            "next_steps": steps or (goal_plan(goal) if goal else []),
+            "decisions": decisions,
+        }
+
+    def summarize(self, turns: list[Turn], previous_summary: str) -> str:
+        """Extractive and deterministic: every sentence in which the user stated a fact
+        (name, goal, like, "remember …"), word for word, after the previous summary's."""
+        lines = [line for line in previous_summary.splitlines() if line.startswith("- ")]
+        for turn in turns:
+            if turn.role != "user":
+                continue
+            for sentence in SENTENCE.split(turn.text):
+                line = f"- You said: “{' '.join(sentence.split())}”"
+                if self.facts_in(sentence) and line not in lines:
+                    lines.append(line)
+        return "\n".join(lines) or "(Nothing you stated needed keeping.)"

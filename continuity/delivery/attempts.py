@@ -17,9 +17,10 @@ from django.db import transaction
 from django.db.models import BooleanField, DateTimeField, ExpressionWrapper, Q
 from django.db.models.functions import Now
 
+from ..context.handoffs import handoff_after_interruption, handoff_after_turn
 from ..errors import AttemptStopped
 from ..live.events import publish_message_changed
-from ..models import Conversation, CrashRecord, Message, Run
+from ..models import Conversation, CrashRecord, Handoff, Message, Run
 from ..ops.faults import fault_point
 from .conversations import conversation_pause
 from .dead_letters import dead_letter_create
@@ -122,11 +123,13 @@ def run_lock_owned(run: Run) -> None:
         raise AttemptStopped(f"Run {run.pk} no longer owns message {run.message_id}.")
 
 
-def attempt_finish(*, run: Run, reply_text: str) -> Message:
-    """Store the reply, mark the message done and the run completed, in one transaction."""
+def attempt_finish(*, run: Run, reply_text: str, task_state: dict | None = None) -> Message:
+    """Store the reply, mark the message done and the run completed, in one transaction, with
+    the end-of-turn handoff: written once, even when an earlier attempt got this far."""
     with transaction.atomic():
         conversation_lock(run.conversation_id)
         run_lock_owned(run)
+        handoff_after_turn(run=run, task_state=task_state)
         reply = Message.objects.create(
             conversation_id=run.conversation_id,
             role=Message.Role.ASSISTANT,
@@ -158,6 +161,7 @@ def attempt_end(
     permanent: bool = False,
     detected_by: str = "",
     only_if_stale: bool = False,
+    handoff_reason: str = "",
 ) -> bool:
     """End a running attempt that did not produce a reply; False if it had already ended (or,
     with `only_if_stale`, if it has heartbeaten since it was judged dead).
@@ -181,6 +185,9 @@ def attempt_end(
         CrashRecord.objects.create(
             conversation=conversation, message=message, run=run, detected_by=detected_by
         )
+        handoff_reason = handoff_reason or Handoff.Reason.CRASH_RECOVERY
+    if handoff_reason:
+        handoff_after_interruption(run=run, reason=handoff_reason)
     if state == Run.State.INTERRUPTED:
         if message_give_back(message=message, conversation=conversation, error=error):
             return True

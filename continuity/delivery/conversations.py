@@ -7,6 +7,7 @@ import logging
 from django.db import transaction
 from django.utils import timezone
 
+from ..context.handoffs import handoff_for_pause
 from ..errors import InvalidTransition
 from ..live.events import publish_conversation_changed
 from ..models import Alert, Conversation, CrashRecord
@@ -17,12 +18,14 @@ logger = logging.getLogger(__name__)
 
 
 def conversation_pause(*, conversation: Conversation, reason: str) -> Alert:
-    """Stop processing a conversation until staff resume it; raise an alert."""
+    """Stop processing a conversation until staff resume it; raise an alert. A "pause" handoff
+    records why, for whoever picks the conversation up again."""
     updated = Conversation.objects.filter(
         pk=conversation.pk, state=Conversation.State.ACTIVE
     ).update(state=Conversation.State.PAUSED, paused_reason=reason, retry_at=None)
     if not updated:
         raise InvalidTransition(f"Conversation {conversation.pk} is not active; cannot pause it.")
+    handoff_for_pause(conversation=conversation, reason=reason)
     text = f"Conversation {conversation.pk} ({conversation}) paused: {reason}"
     alert = Alert.objects.create(
         kind=Alert.Kind.CONVERSATION_PAUSED, conversation=conversation, text=text

@@ -1,7 +1,7 @@
 """Processing one message as named steps, each checkpointed before the next one starts.
 
 A re-executed attempt (after a crash or an interruption) reuses the stored outputs of completed
-steps. Checkpoints hold each step's own output (references to the history, not a copy of it).
+steps. Each attempt first assembles its context (stored by reference as its `RunContext`).
 """
 
 from __future__ import annotations
@@ -18,11 +18,21 @@ from django.core.exceptions import ValidationError
 from django.db import InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
-from ..brains import Brain, Context, Turn, brain_load
+from ..brains import Brain, Context, brain_load
+from ..context.assembly import context_gather, context_load, context_tokens, run_context_store
+from ..context.compaction import compaction_candidates, compaction_store, turns_of
+from ..context.memory import memory_remember
 from ..errors import AttemptStopped, PermanentError
 from ..live.events import publish_reply_chunk
-from ..models import Checkpoint, MemoryFact, Message, ReplyChunk, Run
-from .attempts import DATABASE_LOST, attempt_begin, attempt_end, attempt_finish, run_lock_owned
+from ..models import Checkpoint, Message, ReplyChunk, Run
+from .attempts import (
+    DATABASE_LOST,
+    attempt_begin,
+    attempt_end,
+    attempt_finish,
+    conversation_lock,
+    run_lock_owned,
+)
 from .heartbeats import RunHeartbeat
 
 logger = logging.getLogger(__name__)
@@ -44,8 +54,8 @@ def drain_conversation(*, conversation_id: int, node: str = "") -> None:
 def attempt_execute(*, run: Run, brain: Brain) -> None:
     with RunHeartbeat(run.pk) as heartbeat:
         try:
-            reply_text = steps_run(run=run, brain=brain, stopped=heartbeat.stopped)
-            attempt_finish(run=run, reply_text=reply_text)
+            reply_text, task_state = steps_run(run=run, brain=brain, stopped=heartbeat.stopped)
+            attempt_finish(run=run, reply_text=reply_text, task_state=task_state)
         except AttemptStopped as stop:
             logger.info("Attempt stopped: %s", stop)
         except DATABASE_ERRORS as exc:
@@ -96,10 +106,12 @@ def record_when_database_returns(record: Callable[[], object], *, stopped: Event
             pause = min(pause * 2, 5.0)
 
 
-def steps_run(*, run: Run, brain: Brain, stopped: Event) -> str:
+def steps_run(*, run: Run, brain: Brain, stopped: Event) -> tuple[str, dict | None]:
+    """The reply, and the task state the brain reports for the end-of-turn handoff."""
     message = Message.objects.select_related("conversation").get(pk=run.message_id)
-    refs = step(run, "context", stopped, lambda: context_refs(message))
-    context = context_build(message=message, attempt=run.attempt, refs=refs)
+    if stopped.is_set():
+        raise AttemptStopped(f"Run {run.pk} stopped before assembling its context.")
+    context = context_assemble(run=run, message=message, brain=brain)
     plan = step(run, "plan", stopped, lambda: brain.plan(context))
     reply = step(
         run,
@@ -116,7 +128,34 @@ def steps_run(*, run: Run, brain: Brain, stopped: Event) -> str:
         lambda: {"facts": brain.remember(context, plan, reply)},
         apply=lambda output: memory_store(message=message, facts=output["facts"]),
     )
-    return reply
+    return reply, brain.task_state(context, plan, reply)
+
+
+def context_assemble(*, run: Run, message: Message, brain: Brain) -> Context:
+    """Assemble this attempt's context, compacting first when it passes the threshold, and
+    store it by reference. Every attempt assembles its own: a newer handoff (a planned
+    shutdown's, a staff edit) may have been written since the previous one."""
+    refs = context_gather(message=message)
+    context = context_load(refs=refs, message=message, attempt=run.attempt)
+    tokens = context_tokens(context)
+    older = compaction_candidates(refs=refs, tokens=tokens)
+    # The brain summarizes outside any transaction: it may be a slow model call.
+    summary = brain.summarize(turns_of(older), context.summary) if older else None
+    with transaction.atomic():
+        conversation_lock(run.conversation_id)
+        run_lock_owned(run)
+        if summary is not None:
+            compaction_store(
+                conversation_id=run.conversation_id,
+                covers_through_id=older[-1][0],
+                text=summary,
+                run=run,
+            )
+            refs = context_gather(message=message)
+            context = context_load(refs=refs, message=message, attempt=run.attempt)
+            tokens = context_tokens(context)
+        run_context_store(run=run, refs=refs, tokens=tokens)
+    return context
 
 
 def step(
@@ -141,44 +180,6 @@ def step(
             apply(output)
         Checkpoint.objects.create(message_id=run.message_id, run=run, step=name, output=output)
     return output
-
-
-def context_refs(message: Message) -> dict:
-    """Which earlier turns and facts this answer is based on, by reference."""
-    earlier = list(
-        Message.objects.filter(
-            conversation_id=message.conversation_id,
-            role=Message.Role.USER,
-            state=Message.State.DONE,
-            id__lt=message.pk,
-        )
-        .order_by("-id")
-        .values_list("pk", flat=True)[: settings.CONTINUITY_HISTORY_TURNS]
-    )
-    # A reply that staff deleted leaves its question without an answer, not the context broken.
-    replies = dict(Message.objects.filter(reply_to_id__in=earlier).values_list("reply_to_id", "pk"))
-    history_ids: list[int] = []
-    for user_message_id in reversed(earlier):
-        history_ids.append(user_message_id)
-        if user_message_id in replies:
-            history_ids.append(replies[user_message_id])
-    return {"history": history_ids}
-
-
-def context_build(*, message: Message, attempt: int, refs: dict) -> Context:
-    by_id = Message.objects.in_bulk(refs["history"])
-    history = [Turn(by_id[pk].role, by_id[pk].text) for pk in refs["history"] if pk in by_id]
-    owner_id = message.conversation.owner_id
-    facts = dict(MemoryFact.objects.filter(owner_id=owner_id).values_list("key", "value"))
-    return Context(
-        owner_id=owner_id,
-        conversation_id=message.conversation_id,
-        message_id=message.pk,
-        attempt=attempt,
-        text=message.text,
-        history=history,
-        facts=facts,
-    )
 
 
 def reply_stream(*, run: Run, tokens: Iterable[str], stopped: Event) -> str:
@@ -232,8 +233,6 @@ def chunk_store(*, run: Run, seq: int, text: str) -> None:
 def memory_store(*, message: Message, facts: dict[str, str]) -> None:
     # Rows are locked in key order, whatever order the brain gave: no two attempts deadlock.
     for key, value in sorted(facts.items()):
-        MemoryFact.objects.update_or_create(
-            owner_id=message.conversation.owner_id,
-            key=key,
-            defaults={"value": value, "source_message": message},
+        memory_remember(
+            owner_id=message.conversation.owner_id, key=key, value=value, source_message=message
         )

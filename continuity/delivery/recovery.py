@@ -14,7 +14,7 @@ from django.conf import settings
 from django.db.models import Exists, F, OuterRef, Q
 from django.db.models.functions import Now
 
-from ..models import Conversation, CrashRecord, Run
+from ..models import Conversation, CrashRecord, Handoff, Run
 from .attempts import CRASH_ERROR, attempt_end, db_now_plus, pending_messages
 from .heartbeats import redis_client, stale_run_ids
 from .inbox import conversation_enqueue, drains_waiting
@@ -129,7 +129,8 @@ def worker_start_scan(*, node: str) -> dict[str, int]:
 
 def runs_interrupt(*, node: str, rounds: int = 3) -> int:
     """Planned shutdown of a node: this incarnation's attempts become interrupted (their
-    heartbeats then stop them) and their conversations are re-enqueued for the next worker.
+    heartbeats then stop them), each leaves a "planned shutdown" handoff for the next run, and
+    their conversations are re-enqueued for the next worker.
     Asked again after marking: an attempt whose start committed meanwhile is caught too."""
     interrupted = 0
     for _ in range(rounds):
@@ -145,5 +146,6 @@ def runs_interrupt(*, node: str, rounds: int = 3) -> int:
                 run_id=run_id,
                 state=Run.State.INTERRUPTED,
                 error=f"Planned shutdown of worker {node}.",
+                handoff_reason=Handoff.Reason.PLANNED_SHUTDOWN,
             )
     return interrupted

@@ -35,7 +35,6 @@ def test_drain_answers_the_message_and_records_every_step(conversation):
     run = Run.objects.get(message=message)
     assert (run.state, run.attempt, run.ended_at is not None) == ("completed", 1, True)
     assert list(Checkpoint.objects.filter(message=message).values_list("step", flat=True)) == [
-        "context",
         "plan",
         "respond",
         "remember",
@@ -88,7 +87,6 @@ def test_a_re_executed_attempt_reuses_stored_step_outputs(conversation):
         state="crashed",
         heartbeat_at=timezone.now(),
     )
-    Checkpoint.objects.create(message=message, run=earlier, step="context", output={"history": []})
     Checkpoint.objects.create(
         message=message, run=earlier, step="plan", output={"intent": "help", "facts": {}}
     )

@@ -1,0 +1,228 @@
+"""The startup context of a run, in seed 000's order, stored by reference.
+
+identity and rules → long-term memory facts → current task state (newest handoff, last
+task-state checkpoint) → compacted summary + the turns after it → messages still waiting.
+
+A `RunContext` keeps only ids of versioned rows (facts are never changed in place, handoffs
+and summaries never overwritten), so its size does not grow with the conversation, and
+`context_load` rebuilds exactly what the brain was given.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from django.conf import settings
+
+from ..brains import Context, Turn
+from ..models import (
+    Checkpoint,
+    Handoff,
+    MemoryFact,
+    Message,
+    Run,
+    RunContext,
+    Summary,
+    handoff_markdown,
+)
+from .handoffs import handoff_latest, handoff_note
+from .tokens import tokens_estimate
+
+
+@dataclass
+class ContextRefs:
+    identity: str
+    facts: list[int] = field(default_factory=list)
+    handoff_id: int | None = None
+    checkpoint_id: int | None = None
+    summary_id: int | None = None
+    pairs: list[list[int]] = field(default_factory=list)  # [user id, reply id?] per turn
+    pending: list[int] = field(default_factory=list)
+
+    @property
+    def turns(self) -> list[int]:
+        return [pk for pair in self.pairs for pk in pair]
+
+
+def summary_latest(*, conversation_id: int) -> Summary | None:
+    return Summary.objects.filter(conversation_id=conversation_id).order_by("-version").first()
+
+
+def turn_pairs(*, conversation_id: int, after_id: int, before_id: int) -> list[list[int]]:
+    """Answered turns between two message ids: each user message with its reply (a reply that
+    staff deleted leaves its question alone, not the context broken)."""
+    users = list(
+        Message.objects.filter(
+            conversation_id=conversation_id,
+            role=Message.Role.USER,
+            state=Message.State.DONE,
+            id__gt=after_id,
+            id__lt=before_id,
+        )
+        .order_by("id")
+        .values_list("pk", flat=True)
+    )
+    replies = dict(Message.objects.filter(reply_to_id__in=users).values_list("reply_to_id", "pk"))
+    return [[pk, replies[pk]] if pk in replies else [pk] for pk in users]
+
+
+def context_gather(*, message: Message) -> ContextRefs:
+    """What the next attempt on `message` should be given: every turn the newest summary does
+    not cover (compaction keeps that list short), never the whole history."""
+    conversation = message.conversation
+    summary = summary_latest(conversation_id=conversation.pk)
+    pairs = turn_pairs(
+        conversation_id=conversation.pk,
+        after_id=summary.covers_through_id if summary else 0,
+        before_id=message.pk,
+    )
+    handoff = handoff_latest(conversation_id=conversation.pk)
+    checkpoint = None
+    if pairs:
+        checkpoint = (
+            Checkpoint.objects.filter(message_id=pairs[-1][0], step="plan")
+            .values_list("pk", flat=True)
+            .first()
+        )
+    facts = MemoryFact.objects.current().filter(owner_id=conversation.owner_id).order_by("key")
+    pending = Message.objects.filter(
+        conversation_id=conversation.pk,
+        role=Message.Role.USER,
+        state__in=Message.PENDING_STATES,
+        id__gt=message.pk,
+    ).order_by("id")
+    return ContextRefs(
+        identity=settings.CONTINUITY_IDENTITY,
+        facts=list(facts.values_list("pk", flat=True)),
+        handoff_id=handoff.pk if handoff else None,
+        checkpoint_id=checkpoint,
+        summary_id=summary.pk if summary else None,
+        pairs=pairs,
+        pending=list(pending.values_list("pk", flat=True)[: settings.CONTINUITY_HISTORY_TURNS]),
+    )
+
+
+def refs_of(run_context: RunContext) -> ContextRefs:
+    return ContextRefs(
+        identity=run_context.identity,
+        facts=run_context.facts,
+        handoff_id=run_context.handoff_id,
+        checkpoint_id=run_context.checkpoint_id,
+        summary_id=run_context.summary_id,
+        pairs=[[pk] for pk in run_context.turns],  # flattened again by `turns`
+        pending=run_context.pending,
+    )
+
+
+def context_load(*, refs: ContextRefs, message: Message, attempt: int) -> Context:
+    by_id = Message.objects.in_bulk([*refs.turns, *refs.pending])
+    facts = MemoryFact.objects.in_bulk(refs.facts)
+    handoff = Handoff.objects.filter(pk=refs.handoff_id).first() if refs.handoff_id else None
+    summary = Summary.objects.filter(pk=refs.summary_id).first() if refs.summary_id else None
+    checkpoint = (
+        Checkpoint.objects.filter(pk=refs.checkpoint_id).first() if refs.checkpoint_id else None
+    )
+    return Context(
+        owner_id=message.conversation.owner_id,
+        conversation_id=message.conversation_id,
+        message_id=message.pk,
+        attempt=attempt,
+        text=message.text,
+        identity=refs.identity,
+        facts={facts[pk].key: facts[pk].value for pk in refs.facts if pk in facts},
+        handoff=handoff_note(handoff),
+        task_checkpoint=checkpoint.output if checkpoint else {},
+        summary=summary.text if summary else "",
+        history=[Turn(by_id[pk].role, by_id[pk].text) for pk in refs.turns if pk in by_id],
+        pending=[Turn(by_id[pk].role, by_id[pk].text) for pk in refs.pending if pk in by_id],
+    )
+
+
+def run_context_store(*, run: Run, refs: ContextRefs, tokens: int) -> RunContext:
+    """Inside the caller's fenced transaction (it holds the run's lock)."""
+    return RunContext.objects.create(
+        run=run,
+        identity=refs.identity,
+        facts=refs.facts,
+        handoff_id=refs.handoff_id,
+        checkpoint_id=refs.checkpoint_id,
+        summary_id=refs.summary_id,
+        turns=refs.turns,
+        pending=refs.pending,
+        estimated_tokens=tokens,
+    )
+
+
+def run_context_load(run_context: RunContext) -> Context:
+    run = run_context.run
+    message = Message.objects.select_related("conversation").get(pk=run.message_id)
+    return context_load(refs=refs_of(run_context), message=message, attempt=run.attempt)
+
+
+def context_text(context: Context) -> str:
+    """The context as one text, in the assembly order: what a language-model brain is sent,
+    what the token estimate counts, and what staff read on the run's admin page."""
+    parts = ["# Identity and rules", context.identity.strip() or "(none)", ""]
+    parts += ["# Long-term memory"]
+    parts += [f"- {key}: {value}" for key, value in context.facts.items()] or ["(nothing yet)"]
+    parts += ["", "# Current task state"]
+    if note := context.handoff:
+        parts += [
+            f"Working memory (handoff v{note.version}, {Handoff.Reason(note.reason).label}):",
+            "",
+            handoff_markdown(
+                written_at=note.written_at,
+                current_state=note.current_state,
+                critical_context=note.critical_context,
+                next_steps=note.next_steps,
+                decisions=note.decisions,
+            ),
+        ]
+    else:
+        parts += ["(no handoff yet)"]
+    if checkpoint := context.task_checkpoint:
+        parts += ["", f"Last task-state checkpoint: {checkpoint_line(checkpoint)}"]
+    parts += ["", "# Summary of earlier turns", context.summary.strip() or "(none)", ""]
+    parts += ["# Recent turns"]
+    parts += [turn_line(turn) for turn in context.history] or ["(none)"]
+    parts += ["", "# Arrived while the agent was busy or down"]
+    parts += [turn_line(turn) for turn in context.pending] or ["(none)"]
+    parts += ["", "# Message to answer", turn_line(Turn(Message.Role.USER, context.text))]
+    return "\n".join(parts)
+
+
+def checkpoint_line(output: dict) -> str:
+    line = f"intent {output.get('intent', '?')}"
+    if facts := output.get("facts"):
+        line += "; facts " + ", ".join(f"{key}={value}" for key, value in sorted(facts.items()))
+    if steps := output.get("steps"):
+        line += "; plan " + " / ".join(steps)
+    return line
+
+
+def turn_line(turn: Turn) -> str:
+    return f"{turn.role.capitalize()}: {turn.text}"
+
+
+def context_tokens(context: Context) -> int:
+    return tokens_estimate(context_text(context))
+
+
+def run_context_text(run_context: RunContext) -> str:
+    """A stored context rendered as the brain saw it, with what has gone since (forgotten
+    facts, deleted messages) said rather than silently left out."""
+    context = run_context_load(run_context)
+    gone = []
+    if missing := len(run_context.facts) - len(context.facts):
+        gone.append(f"{missing} fact(s) the user has since asked to forget")
+    if (
+        missing := len(run_context.turns)
+        + len(run_context.pending)
+        - len(context.history)
+        - len(context.pending)
+    ):
+        gone.append(f"{missing} message(s) deleted since")
+    header = f"Estimated tokens: {run_context.estimated_tokens}"
+    if gone:
+        header += f" (not shown: {'; '.join(gone)})"
+    return f"{header}\n\n{context_text(context)}"

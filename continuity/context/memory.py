@@ -1,0 +1,62 @@
+"""Long-term facts about a user, versioned: a value is never changed in place.
+
+A changed value is a new row and the old row is marked superseded, so a run's stored context
+(fact ids) renders as the brain saw it. Read the current facts with
+`MemoryFact.objects.current().filter(owner=…)`; change them only through these functions.
+"""
+
+from __future__ import annotations
+
+from django.db import IntegrityError, transaction
+from django.db.models.functions import Now
+
+from ..models import MemoryFact, Message
+
+
+def memory_remember(
+    *, owner_id: int, key: str, value: str, source_message: Message | None = None
+) -> MemoryFact:
+    """Set the owner's fact `key` to `value`: a new version if it changed, else the current one."""
+    for _ in range(2):
+        with transaction.atomic():
+            current = (
+                MemoryFact.objects.current()
+                .select_for_update()
+                .filter(owner_id=owner_id, key=key)
+                .first()
+            )
+            if current is not None:
+                return fact_replace(current=current, value=value, source_message=source_message)
+            try:
+                with transaction.atomic():  # a concurrent first write of the key wins; we retry
+                    return MemoryFact.objects.create(
+                        owner_id=owner_id, key=key, value=value, source_message=source_message
+                    )
+            except IntegrityError:
+                continue
+    raise IntegrityError(f"Could not store fact {key!r} of user {owner_id}.")
+
+
+def memory_fact_revise(
+    *, fact: MemoryFact, value: str, source_message: Message | None = None
+) -> MemoryFact:
+    """Change a current fact's value (the memory page's edit); returns the new version."""
+    with transaction.atomic():
+        current = MemoryFact.objects.current().select_for_update().get(pk=fact.pk)
+        return fact_replace(current=current, value=value, source_message=source_message)
+
+
+def memory_fact_forget(*, fact: MemoryFact) -> int:
+    """Forget a fact with every earlier version of it: the user asked for it to be gone, so
+    old runs' contexts show it as forgotten rather than keep a copy."""
+    deleted, _ = MemoryFact.objects.filter(owner_id=fact.owner_id, key=fact.key).delete()
+    return deleted
+
+
+def fact_replace(*, current: MemoryFact, value: str, source_message: Message | None) -> MemoryFact:
+    if current.value == value:
+        return current
+    MemoryFact.objects.filter(pk=current.pk).update(superseded_at=Now())
+    return MemoryFact.objects.create(
+        owner_id=current.owner_id, key=current.key, value=value, source_message=source_message
+    )

@@ -1,0 +1,198 @@
+"""Compaction: past 80 % of the budget, turns older than the last N become a stored summary."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from django.db import connection
+from django.urls import reverse
+
+from continuity.context.assembly import ContextRefs
+from continuity.context.compaction import compaction_candidates
+from continuity.context.tokens import tokens_estimate
+from continuity.delivery.inbox import message_accept
+from continuity.delivery.processing import drain_conversation
+from continuity.models import MemoryFact, Message, RunContext, Summary
+from tests.factories import UserFactory
+from tests.processes import WorkerProcess
+from tests.waiting import wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+BUDGET = {"CONTINUITY_HISTORY_TURNS": 3, "CONTINUITY_CONTEXT_TOKENS": 1000}
+TURN_1 = "Remember that the spare key is under the blue flower pot."
+
+
+@pytest.fixture
+def small_budget(settings):
+    for name, value in BUDGET.items():
+        setattr(settings, name, value)
+    return settings
+
+
+def send(conversation, text: str) -> Message:
+    return message_accept(conversation=conversation, text=text, client_id=uuid.uuid4())
+
+
+def answer(conversation, text: str) -> Message:
+    message = send(conversation, text)
+    drain_conversation(conversation_id=conversation.pk)
+    return message
+
+
+def pairs_before(message: Message, count: int) -> list[int]:
+    users = Message.objects.filter(
+        conversation_id=message.conversation_id, role="user", id__lt=message.pk
+    ).order_by("-id")[:count]
+    return [pk for user in reversed(users) for pk in (user.pk, user.reply.pk)]
+
+
+def test_the_threshold_rule(settings):
+    settings.CONTINUITY_HISTORY_TURNS = 2
+    settings.CONTINUITY_CONTEXT_TOKENS = 100
+    refs = ContextRefs(identity="", pairs=[[1, 2], [3, 4], [5, 6], [7]])
+    assert compaction_candidates(refs=refs, tokens=80) == []  # at 80 %: not past it
+    assert compaction_candidates(refs=refs, tokens=81) == [[1, 2], [3, 4]]
+    few = ContextRefs(identity="", pairs=[[1, 2], [3, 4]])
+    assert compaction_candidates(refs=few, tokens=500) == []  # nothing older than the last N
+
+
+def test_compaction_triggers_past_the_threshold_and_keeps_the_last_n_turns(
+    conversation, small_budget
+):
+    threshold = 800
+    previous = None
+    for number in range(1, 80):
+        message = answer(conversation, f"Filler message number {number}, nothing to keep.")
+        if Summary.objects.exists():
+            break
+        previous = RunContext.objects.get(run__message=message)
+        assert previous.estimated_tokens <= threshold and previous.summary is None
+    else:
+        pytest.fail("no compaction within 79 turns")
+    summary = Summary.objects.get()
+    compacting = RunContext.objects.get(run__message=message)
+    assert summary.run == compacting.run and summary.author is None
+    # It compacted as soon as the budget ran out: one more turn took it past the threshold.
+    last_turn = previous.run.message
+    added = tokens_estimate(f"User: {last_turn.text}\nAssistant: {last_turn.reply.text}\n")
+    assert previous.estimated_tokens + added > threshold
+    assert compacting.summary == summary
+    assert compacting.turns == pairs_before(message, 3)  # the last N turns, verbatim
+    assert compacting.estimated_tokens < previous.estimated_tokens
+    older = Message.objects.filter(
+        conversation=conversation, role="user", id__lt=compacting.turns[0]
+    )
+    assert summary.covers_through == older.order_by("id").last()  # a turn: question and reply
+    assert Message.objects.filter(conversation=conversation).count() == 2 * number  # all kept
+    handoff = conversation.handoffs.order_by("-version").first()
+    assert handoff.reason == "compaction" and handoff.run == compacting.run
+    assert f"compacted into summary v{summary.version}" in handoff.current_state
+
+
+def test_a_fact_from_turn_1_is_answered_after_compaction_and_a_restart(
+    conversation, small_budget, processes
+):
+    answer(conversation, TURN_1)
+    answer(conversation, "Remember that the meeting moved to Friday.")
+    number = 0
+    while not Summary.objects.exists():
+        number += 1
+        answer(conversation, f"Filler message number {number}, nothing to keep.")
+    # The note in memory is the newer one: turn 1's fact survives only in the summary.
+    note = MemoryFact.objects.current().get(owner=conversation.owner, key="note")
+    assert note.value == "the meeting moved to Friday"
+    assert f"“{TURN_1}”" in Summary.objects.get().text
+
+    processes.add(WorkerProcess(**{name: str(value) for name, value in BUDGET.items()}))
+    question = send(conversation, "What do you remember about me?")
+    wait_for(
+        lambda: Message.objects.filter(reply_to=question).first(),
+        timeout=60,
+        what="the question to be answered by the restarted worker",
+    )
+    reply = Message.objects.get(reply_to=question).text
+    assert "the spare key is under the blue flower pot" in reply
+    stored = RunContext.objects.get(run__message=question)
+    first = Message.objects.filter(conversation=conversation).order_by("id").first()
+    assert first.pk not in stored.turns  # it came from the summary, not from the turns
+
+
+def row_size(run_context: RunContext) -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT pg_column_size(t.*) FROM {RunContext._meta.db_table} t WHERE id = %s",
+            [run_context.pk],
+        )
+        return cursor.fetchone()[0]
+
+
+def test_the_stored_context_is_the_same_size_at_turn_10_and_turn_2000(conversation, settings):
+    settings.CONTINUITY_HISTORY_TURNS = 3
+    settings.CONTINUITY_CONTEXT_TOKENS = 100  # every turn is past the threshold: always compact
+    answer(conversation, "Hi, my name is Ada and my goal is to learn Rust")
+    for number in range(2, 10):
+        answer(conversation, f"Message number {number}")
+    tenth = RunContext.objects.get(run__message=answer(conversation, "Message number 10"))
+
+    users = Message.objects.bulk_create(
+        Message(conversation=conversation, role="user", text=f"Message number {n}", state="done")
+        for n in range(11, 2000)
+    )
+    Message.objects.bulk_create(
+        Message(
+            conversation=conversation,
+            role="assistant",
+            text=f"You said: “{user.text}”.",
+            state="done",
+            reply_to=user,
+        )
+        for user in users
+    )
+    last = answer(conversation, "Message number 2000")
+    at_2000 = RunContext.objects.get(run__message=last)
+
+    assert Message.objects.filter(conversation=conversation, role="user").count() == 2000
+    assert at_2000.turns == pairs_before(last, 3)
+    for field in ("facts", "pending"):
+        assert len(getattr(at_2000, field)) == len(getattr(tenth, field))
+    assert len(at_2000.turns) == len(tenth.turns) == 6
+    assert at_2000.summary.version > tenth.summary.version
+    # Only the ids are wider (4 digits instead of 2): nothing grows with the conversation.
+    assert abs(row_size(at_2000) - row_size(tenth)) <= 2 * 6
+    assert "Ada" in Summary.objects.get(pk=at_2000.summary_id).text
+
+
+def test_staff_edit_a_summary_as_a_new_version_that_the_next_run_uses(
+    conversation, small_budget, client
+):
+    number = 0
+    while not Summary.objects.exists():
+        number += 1
+        answer(conversation, f"Filler message number {number}, nothing to keep.")
+    original = Summary.objects.get()
+    staff = UserFactory(is_staff=True, is_superuser=True)
+    client.force_login(staff)
+    url = reverse("admin:continuity_summary_edit", args=[conversation.pk])
+    assert client.get(url).status_code == 200
+    response = client.post(
+        url, {"text": "- You said: “My name is Grace.”", "based_on": original.version}
+    )
+    assert response.status_code == 302
+    edited = Summary.objects.get(version=original.version + 1)
+    assert (edited.author, edited.covers_through) == (staff, original.covers_through)
+    assert Summary.objects.filter(pk=original.pk, text=original.text).exists()
+
+    question = answer(conversation, "What do you remember?")
+    assert RunContext.objects.get(run__message=question).summary == edited
+    assert "My name is Grace." in question.reply.text
+
+
+def test_a_user_with_compacted_conversations_can_still_be_deleted(conversation, small_budget):
+    number = 0
+    while not Summary.objects.exists():
+        number += 1
+        answer(conversation, f"Filler message number {number}, nothing to keep.")
+    conversation.owner.delete()
+    assert not Summary.objects.exists() and not Message.objects.exists()
