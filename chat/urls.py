@@ -8,6 +8,7 @@ urlpatterns = [
     path("c/new/", views.conversation_new, name="conversation_new"),
     path("c/<int:pk>/", views.conversation_detail, name="conversation"),
     path("c/<int:pk>/messages/", views.message_send, name="message_send"),
+    path("c/<int:pk>/retry-now/", views.retry_now, name="retry_now"),
     path("memory/", memory_views.memory, name="memory"),
     path("memory/<int:pk>/edit/", memory_views.memory_fact_edit, name="memory_edit"),
     path("memory/<int:pk>/forget/", memory_views.memory_fact_forget, name="memory_forget"),
