@@ -18,7 +18,7 @@ from django.template.loader import render_to_string
 
 from continuity.live.events import conversation_group, session_group, user_group
 from continuity.models import Conversation
-from continuity.selectors import exchanges_of, newest_message_id
+from continuity.selectors import conversation_status, exchanges_of, newest_message_id
 
 PAGE = "chat/conversation.html"
 MAX_SYNC_IDS = 2000
@@ -71,6 +71,8 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
     async def message_changed(self, event: dict) -> None:
         _, html = await self.render(None, [event["message_id"]])
         await self.send_json({"type": "exchanges", "html": html})
+        # A failed or interrupted attempt starts a backoff (or pauses): the status shows it.
+        await self.send_json({"type": "status", "html": await self.render_status()})
 
     async def conversation_changed(self, event: dict) -> None:
         await self.send_json({"type": "status", "html": await self.render_status()})
@@ -117,7 +119,7 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
     @database_sync_to_async
     def render_status(self) -> str:
         self.conversation.refresh_from_db()
-        return render_to_string(f"{PAGE}#status", {"conversation": self.conversation})
+        return render_to_string(f"{PAGE}#status", conversation_status(self.conversation))
 
 
 def parse_sync_frame(text: str | None) -> tuple[tuple[int, list[int]] | None, str]:

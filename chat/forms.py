@@ -30,3 +30,11 @@ class MessageForm(forms.Form):
             return message_clean_text(self.cleaned_data["text"])
         except InvalidMessage as error:
             raise forms.ValidationError(str(error)) from error
+
+
+class MemoryFactForm(forms.Form):
+    value = forms.CharField(
+        max_length=1000,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        error_messages={"required": "Type what I should remember, or forget this instead."},
+    )

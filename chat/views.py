@@ -13,10 +13,16 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
+from continuity.delivery.conversations import conversation_retry_now
 from continuity.delivery.inbox import conversation_start, message_accept
-from continuity.errors import ClientIdReused
+from continuity.errors import ClientIdReused, InvalidTransition
 from continuity.models import Conversation
-from continuity.selectors import conversations_of, exchanges_of, newest_message_id
+from continuity.selectors import (
+    conversation_status,
+    conversations_of,
+    exchanges_of,
+    newest_message_id,
+)
 
 from .forms import MessageForm
 from .throttles import rate_limit_wait
@@ -54,6 +60,7 @@ def page_context(request: HttpRequest, conversation: Conversation | None, form: 
         # Read before the exchanges: the page then holds at least everything up to this id.
         context["synced_up_to"] = newest_message_id(conversation)
         context["exchanges"] = exchanges_of(conversation)
+        context.update(conversation_status(conversation))
     return context
 
 
@@ -174,6 +181,23 @@ def message_send(request: HttpRequest, pk: int) -> HttpResponse:
             "form": MessageForm.blank(),
         },
     )
+
+
+@never_cache
+@require_POST
+@login_required_or_401
+def retry_now(request: HttpRequest, pk: int) -> HttpResponse:
+    """*Retry now* while a retry waits out its backoff; refused (409) once there is none."""
+    conversation = get_object_or_404(conversations_of(request.user), pk=pk)
+    try:
+        conversation_retry_now(conversation=conversation)
+        status = 200
+    except InvalidTransition:
+        status = 409  # paused, already running or no longer waiting: the status shows which
+    if not request.htmx:
+        return redirect(conversation_url(conversation))
+    conversation.refresh_from_db()
+    return render(request, f"{PAGE}#status", conversation_status(conversation), status=status)
 
 
 def conversation_url(conversation: Conversation) -> str:

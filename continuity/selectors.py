@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from django.db.models import Count, Max, QuerySet
+from django.db.models import Count, DurationField, ExpressionWrapper, F, Max, QuerySet
+from django.db.models.functions import Now
 
 from .models import Conversation, Message, ReplyChunk, Run
 
@@ -65,3 +67,28 @@ def message_counts_by_state() -> dict[str, int]:
         .values_list("state", "n")
     )
     return {state: counts.get(state, 0) for state in Message.State.values}
+
+
+def retry_wait_of(conversation: Conversation) -> int | None:
+    """Seconds until an interrupted message is tried again (the backoff, on the database's
+    clock), or None when no message waits on one: paused, an attempt running, nothing queued."""
+    wait = (
+        Conversation.objects.filter(
+            pk=conversation.pk,
+            state=Conversation.State.ACTIVE,
+            retry_at__gt=Now(),
+            messages__role=Message.Role.USER,
+            messages__state=Message.State.QUEUED,
+            messages__attempts__gt=0,
+        )
+        .exclude(runs__state=Run.State.RUNNING)
+        .annotate(wait=ExpressionWrapper(F("retry_at") - Now(), output_field=DurationField()))
+        .values_list("wait", flat=True)
+        .first()
+    )
+    return None if wait is None else max(1, math.ceil(wait.total_seconds()))
+
+
+def conversation_status(conversation: Conversation) -> dict:
+    """What the status next to the composer needs: the conversation's state and any backoff."""
+    return {"conversation": conversation, "retry_in": retry_wait_of(conversation)}

@@ -44,11 +44,49 @@ HELP = re.compile(r"^\s*(?:help|\?|what can you do)\s*\??\s*$", re.IGNORECASE)
 EXPLICIT_NAME = re.compile(r"\b(?:my name is|call me)\b", re.IGNORECASE)
 TOKEN = re.compile(r"\S+\s*|\s+")
 SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
+# What the person says about themselves, said back to them: "my knee hurts" -> "your knee hurts".
+# Longer forms first, so "I'm" is not read as "I" followed by "'m".
+REFLECTIONS = {
+    "i'm": "you're",
+    "i am": "you are",
+    "i was": "you were",
+    "i've": "you've",
+    "i'd": "you'd",
+    "i'll": "you'll",
+    "myself": "yourself",
+    "mine": "yours",
+    "my": "your",
+    "me": "you",
+    "i": "you",
+}
+FIRST_PERSON = re.compile(
+    r"\b(?:" + "|".join(word.replace(" ", r"\s+") for word in REFLECTIONS) + r")\b(?!')",
+    re.IGNORECASE,
+)
 
 
 def clip(text: str, limit: int = 120) -> str:
     text = " ".join(text.split()).strip(" ,;:")
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def reflect(text: str) -> str:
+    """Say back in the second person what was said in the first, whole words only.
+
+    The result is read inside a sentence ("I'll remember that …"), so "I" becomes "you"; other
+    words keep a capital they had mid-text ("… than My Fair Lady" is a title), and shouting
+    stays shouting."""
+
+    def swap(match: re.Match) -> str:
+        said = match.group(0)
+        spoken = REFLECTIONS[" ".join(said.lower().split())]
+        if said.isupper() and len(said) > 1:
+            return spoken.upper()
+        if said[0].isupper() and match.start() > 0 and not said.lower().startswith("i"):
+            return spoken[0].upper() + spoken[1:]
+        return spoken
+
+    return FIRST_PERSON.sub(swap, text.replace("\u2019", "'"))
 
 
 def goal_plan(goal: str) -> list[str]:
@@ -89,9 +127,14 @@ class BuiltinBrain:
             facts["goal"] = clip(match.group("goal"))
         if match := LIKE.search(text):
             facts["likes"] = clip(match.group("thing"))
-        if match := REMEMBER.search(text):
-            facts["note"] = clip(match.group("note"))
+        if (match := REMEMBER.search(text)) and not self.asks_about_memory(text, match):
+            facts["note"] = clip(reflect(match.group("note")))
         return facts
+
+    def asks_about_memory(self, text: str, match: re.Match) -> bool:
+        """Whether the "remember" is a question ("what do you remember about me?", "do you
+        remember my name?"), which is not something to remember."""
+        return bool(ASK_MEMORY.search(text)) or text[match.end() :].lstrip().startswith("?")
 
     def intent_of(self, text: str, facts: dict[str, str]) -> str:
         for intent, pattern in (

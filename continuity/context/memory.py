@@ -8,9 +8,19 @@ A changed value is a new row and the old row is marked superseded, so a run's st
 from __future__ import annotations
 
 from django.db import IntegrityError, transaction
+from django.db.models import QuerySet
 from django.db.models.functions import Now
 
 from ..models import MemoryFact, Message
+
+
+def memory_facts_of(owner) -> QuerySet[MemoryFact]:
+    """The owner's current facts, with the message each was learned from (None once deleted)."""
+    return (
+        MemoryFact.objects.current()
+        .filter(owner=owner)
+        .select_related("source_message__conversation")
+    )
 
 
 def memory_remember(
@@ -40,10 +50,13 @@ def memory_remember(
 def memory_fact_revise(
     *, fact: MemoryFact, value: str, source_message: Message | None = None
 ) -> MemoryFact:
-    """Change a current fact's value (the memory page's edit); returns the new version."""
+    """Change a current fact's value (the memory page's edit); returns the new version, which
+    keeps the message the fact came from unless another is given."""
     with transaction.atomic():
         current = MemoryFact.objects.current().select_for_update().get(pk=fact.pk)
-        return fact_replace(current=current, value=value, source_message=source_message)
+        return fact_replace(
+            current=current, value=value, source_message=source_message or current.source_message
+        )
 
 
 def memory_fact_forget(*, fact: MemoryFact) -> int:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import logging
 
 from django.db import transaction
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from ..context.handoffs import handoff_for_pause
 from ..errors import InvalidTransition
 from ..live.events import publish_conversation_changed
-from ..models import Alert, Conversation, CrashRecord
+from ..models import Alert, Conversation, CrashRecord, Run
 from .alerts import alert_mail
 from .inbox import conversation_enqueue
 
@@ -50,5 +51,27 @@ def conversation_resume(*, conversation: Conversation, by=None) -> None:
         acknowledged_at=now
     )
     logger.info("Conversation %s resumed by %s", conversation.pk, by or "system")
+    conversation_enqueue(conversation_id=conversation.pk)
+    transaction.on_commit(lambda: publish_conversation_changed(conversation_id=conversation.pk))
+
+
+@transaction.atomic
+def conversation_retry_now(*, conversation: Conversation) -> None:
+    """End the backoff of an active conversation now, at its owner's request.
+
+    Only the wait moves: the attempt and crash counts stay, so the crash-loop breaker still
+    pauses a conversation that keeps failing. Never for a paused conversation (staff resume
+    those), nor while an attempt runs (there is no wait to cut short)."""
+    updated = (
+        Conversation.objects.filter(
+            pk=conversation.pk, state=Conversation.State.ACTIVE, retry_at__gt=Now()
+        )
+        .exclude(runs__state=Run.State.RUNNING)
+        .update(retry_at=Now())
+    )
+    if not updated:
+        raise InvalidTransition(
+            f"Conversation {conversation.pk} is not waiting to retry; nothing to retry now."
+        )
     conversation_enqueue(conversation_id=conversation.pk)
     transaction.on_commit(lambda: publish_conversation_changed(conversation_id=conversation.pk))

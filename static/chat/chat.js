@@ -19,9 +19,53 @@
     if (wasNearBottom) window.scrollTo(0, document.scrollingElement.scrollHeight);
   }
 
+  // Composer-side hints. A pending message that has shown no progress (no new rendering, no
+  // chunk) for SLOW_AFTER_MS gets "taking longer than usual…": the system may still be
+  // detecting an interruption. A backoff shows a countdown, computed from the seconds left as
+  // the server saw them, so a client clock that is off does not matter.
+  const SLOW_AFTER_MS = 5000;
+  const pageStart = performance.now();
+  const lastProgress = new Map(); // message id -> performance.now() of its last progress
+  const progressed = (messageId) => lastProgress.set(Number(messageId), performance.now());
+  let shownStatus = null;
+  let countdownEnd = null;
+
+  function tickCountdown(status, now) {
+    if (status !== shownStatus) {
+      shownStatus = status;
+      const countdown = status && status.querySelector("[data-countdown]");
+      countdownEnd = countdown ? now + Number(countdown.dataset.retryIn) * 1000 : null;
+    }
+    const countdown = status && status.querySelector("[data-countdown]");
+    if (!countdown || countdownEnd === null) return false;
+    const left = Math.ceil((countdownEnd - now) / 1000);
+    if (left > 0) {
+      countdown.textContent = `Trying again in ${left} s.`;
+      return true;
+    }
+    countdown.textContent = "Trying again now…";
+    status.querySelector("[data-retry] form")?.remove();
+    return false;
+  }
+
+  function tickHints() {
+    const now = performance.now();
+    const status = document.getElementById("conversation-status");
+    const waitExplained = tickCountdown(status, now) || !!status?.querySelector("[data-paused]");
+    const hint = document.querySelector("[data-slow-hint]");
+    if (!hint) return;
+    const slow = [...document.querySelectorAll("[data-exchange]")].some(
+      (el) =>
+        (el.dataset.state === "queued" || el.dataset.state === "processing") &&
+        now - (lastProgress.get(Number(el.dataset.messageId)) ?? pageStart) > SLOW_AFTER_MS,
+    );
+    hint.hidden = waitExplained || !slow;
+  }
+
   function upsertExchange(box, incoming) {
     const current = document.getElementById(incoming.id);
     awaitingSync.delete(Number(incoming.dataset.messageId));
+    progressed(incoming.dataset.messageId);
     if (current) {
       if (!olderThan(rank(incoming), rank(current))) current.replaceWith(incoming);
       return;
@@ -207,6 +251,7 @@
       const wasNearBottom = nearBottom();
       box.querySelector(".streamed").textContent += event.text;
       exchange.dataset.seq = String(event.seq);
+      progressed(event.message_id);
       scrollToEnd(wasNearBottom);
     }
 
@@ -219,7 +264,10 @@
       else if (event.type === "status") {
         const status = document.getElementById("conversation-status");
         const incoming = fragmentOf(event.html).getElementById("conversation-status");
-        if (status && incoming) status.replaceWith(incoming);
+        if (status && incoming) {
+          status.replaceWith(incoming);
+          htmx.process(incoming); // its *Retry now* form posts with htmx (and the CSRF header)
+        }
       } else if (event.type === "error") console.warn("Continuity:", event.error);
     }
 
@@ -255,7 +303,10 @@
   document.addEventListener("DOMContentLoaded", () => {
     restoreDraft();
     const main = document.getElementById("conversation");
-    if (main) liveChannel(main);
+    if (!main) return; // other pages (memory, account) open at their top
+    liveChannel(main);
+    setInterval(tickHints, 500);
+    tickHints();
     window.scrollTo(0, document.scrollingElement.scrollHeight);
   });
 })();

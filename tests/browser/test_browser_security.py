@@ -61,7 +61,7 @@ def test_pages_and_the_admin_run_under_the_csp(page: Page, processes, violations
     page.get_by_label("Message").fill("![t](http://evil.example/pixel.png)")
     page.get_by_label("Message").press("Enter")
     expect(page.locator("[data-exchange]")).to_have_count(1)
-    for path in ["/", "/accounts/password/", "/dashboard/"]:
+    for path in ["/", "/accounts/password/", "/dashboard/", "/memory/"]:
         page.goto(f"{site.url}{path}")
         expect(page).to_have_url(re.compile(re.escape(path) + "$"))
     assert violations == []

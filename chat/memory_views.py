@@ -1,0 +1,100 @@
+"""The "What I remember" page: a person reads, corrects and forgets what the agent knows."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET, require_POST
+from django_htmx.http import push_url
+
+from continuity.context import memory as facts
+
+from .forms import MemoryFactForm
+from .views import login_required_or_401
+
+PAGE = "chat/memory.html"
+LABELS = {
+    "name": "Your name",
+    "goal": "Your goal",
+    "likes": "What you like",
+    "note": "What you asked me to remember",
+}
+
+
+def fact_rows(request: HttpRequest, *, invalid=None, invalid_form=None) -> list[dict]:
+    return [
+        {
+            "fact": fact,
+            "label": LABELS.get(fact.key, fact.key.replace("_", " ").capitalize()),
+            "form": invalid_form
+            if fact == invalid
+            else MemoryFactForm(initial={"value": fact.value}, auto_id=f"fact-{fact.pk}-%s"),
+        }
+        for fact in sorted(facts.memory_facts_of(request.user), key=shown_order)
+    ]
+
+
+def shown_order(fact) -> tuple[int, str]:
+    """Name, goal, likes, note: who you are first, then what you asked me to keep."""
+    keys = list(LABELS)
+    return (keys.index(fact.key) if fact.key in keys else len(keys), fact.key)
+
+
+def memory_page(
+    request: HttpRequest, *, rows: list[dict], confirm=None, notice: str = "", status: int = 200
+) -> HttpResponse:
+    """The page, or only its main part for htmx (which swaps it in place and moves the URL)."""
+    template = f"{PAGE}#main" if request.htmx else PAGE
+    context = {"rows": rows, "confirm": confirm, "notice": notice}
+    response = render(request, template, context, status=status)
+    return push_url(response, request.path) if request.htmx and confirm else response
+
+
+def memory_done(request: HttpRequest, notice: str) -> HttpResponse:
+    if not request.htmx:
+        messages.success(request, notice)
+        return redirect("chat:memory")
+    response = memory_page(request, rows=fact_rows(request), notice=notice)
+    return push_url(response, reverse("chat:memory"))
+
+
+@never_cache
+@require_GET
+@login_required
+def memory(request: HttpRequest) -> HttpResponse:
+    return memory_page(request, rows=fact_rows(request))
+
+
+@never_cache
+@require_GET
+@login_required
+def memory_fact_forget(request: HttpRequest, pk: int) -> HttpResponse:
+    """Asks before forgetting: the same page, with a confirmation in place of the fact."""
+    fact = get_object_or_404(facts.memory_facts_of(request.user), pk=pk)
+    return memory_page(request, rows=fact_rows(request), confirm=fact)
+
+
+@never_cache
+@require_POST
+@login_required_or_401
+def memory_fact_edit(request: HttpRequest, pk: int) -> HttpResponse:
+    fact = get_object_or_404(facts.memory_facts_of(request.user), pk=pk)
+    form = MemoryFactForm(request.POST, auto_id=f"fact-{fact.pk}-%s")
+    if not form.is_valid():
+        rows = fact_rows(request, invalid=fact, invalid_form=form)
+        return memory_page(request, rows=rows, status=422)
+    facts.memory_fact_revise(fact=fact, value=form.cleaned_data["value"])
+    return memory_done(request, "Saved. I'll use the new wording from your next message on.")
+
+
+@never_cache
+@require_POST
+@login_required_or_401
+def memory_fact_delete_view(request: HttpRequest, pk: int) -> HttpResponse:
+    fact = get_object_or_404(facts.memory_facts_of(request.user), pk=pk)
+    facts.memory_fact_forget(fact=fact)
+    return memory_done(request, "Forgotten. I won't use it in any conversation.")

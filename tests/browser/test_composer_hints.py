@@ -1,0 +1,106 @@
+"""What the page says next to the composer while the system detects an interruption, waits out
+a backoff, or is paused. No worker runs: each test sets up the state itself."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+from playwright.sync_api import Page, expect
+
+from continuity.delivery.attempts import attempt_begin
+from continuity.models import Conversation, Run
+from tests.browser.helpers import log_in
+from tests.factories import ConversationFactory, MessageFactory, UserFactory
+from tests.processes import ARTIFACTS, WebProcess
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def site(processes):
+    return processes.add(WebProcess())
+
+
+def open_conversation(page: Page, site, conversation) -> None:
+    log_in(page, site, conversation.owner.username)
+    page.goto(f"{site.url}/c/{conversation.pk}/")
+    expect(page.locator("[data-live-indicator]")).to_have_text("live")
+
+
+def below_the_exchanges_above_the_composer(page: Page, notice) -> None:
+    """Where the person is looking: in the dock that holds the composer, just above it."""
+    dock = page.locator(".composer-dock")
+    expect(dock.locator("#composer")).to_be_visible()
+    notice_box, composer_box = notice.bounding_box(), dock.locator("#composer").bounding_box()
+    assert notice_box["y"] + notice_box["height"] <= composer_box["y"] + 1
+    assert composer_box["y"] - (notice_box["y"] + notice_box["height"]) < 60
+
+
+def test_a_reply_with_no_chunk_for_a_few_seconds_is_taking_longer_than_usual(page: Page, site):
+    conversation = ConversationFactory(owner=UserFactory())
+    MessageFactory(conversation=conversation, text="Are you there?")
+    run = attempt_begin(conversation_id=conversation.pk)  # running, and nothing is published
+    assert run is not None
+
+    open_conversation(page, site, conversation)
+    expect(page.locator(f'[data-streaming][data-run="{run.pk}"]')).to_be_attached()
+    hint = page.get_by_text("Taking longer than usual…")
+    expect(hint).to_be_hidden()  # not at once: a first chunk usually comes quickly
+    expect(hint).to_be_visible(timeout=12_000)
+    below_the_exchanges_above_the_composer(page, hint)
+
+
+def test_a_backoff_shows_a_countdown_and_retry_now_ends_it(page: Page, site):
+    conversation = ConversationFactory(owner=UserFactory())
+    message = MessageFactory(conversation=conversation, text="Try this", attempts=1)
+    now = timezone.now()
+    Run.objects.create(
+        conversation=conversation,
+        message=message,
+        attempt=1,
+        state=Run.State.CRASHED,
+        heartbeat_at=now,
+        ended_at=now,
+    )
+    Conversation.objects.filter(pk=conversation.pk).update(retry_at=now + timedelta(seconds=90))
+
+    open_conversation(page, site, conversation)
+    countdown = page.locator("#conversation-status [data-countdown]")
+    expect(countdown).to_have_text(re.compile(r"Trying again in (8\d|90) s\."))
+    first = countdown.text_content()
+    expect(countdown).not_to_have_text(first, timeout=3_000)  # it counts down
+    retry = page.get_by_role("button", name="Retry now")
+    below_the_exchanges_above_the_composer(page, page.locator("#conversation-status"))
+    expect(page.get_by_text("Taking longer than usual…")).to_be_hidden()
+
+    with page.expect_response(re.compile(r"/retry-now/$")) as answer:
+        retry.click()
+    assert answer.value.status == 200
+    expect(page).to_have_url(f"{site.url}/c/{conversation.pk}/")  # swapped in place
+    expect(countdown).to_have_count(0)
+    expect(retry).to_have_count(0)
+    conversation.refresh_from_db()
+    assert conversation.retry_at <= timezone.now()
+    assert conversation.state == Conversation.State.ACTIVE
+
+
+def test_a_paused_conversation_says_so_next_to_the_composer(page: Page, site):
+    conversation = ConversationFactory(owner=UserFactory())
+    MessageFactory(conversation=conversation, text="Hello?", attempts=3)
+    Conversation.objects.filter(pk=conversation.pk).update(
+        state=Conversation.State.PAUSED, paused_reason="3 crashes within 3600 s"
+    )
+
+    open_conversation(page, site, conversation)
+    paused = page.locator("[data-paused]")
+    expect(paused).to_contain_text("Paused.")
+    below_the_exchanges_above_the_composer(page, paused)
+    expect(page.get_by_text(re.compile("try again shortly"))).to_have_count(0)
+    expect(page.get_by_role("button", name="Retry now")).to_have_count(0)
+    page.wait_for_timeout(6_000)  # past the "taking longer" delay: the pause explains the wait
+    expect(page.get_by_text("Taking longer than usual…")).to_be_hidden()
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=ARTIFACTS / "composer-paused.png", full_page=True)

@@ -1,0 +1,63 @@
+"""The built-in brain's notes: said back in the second person, and never taken from a question."""
+
+from __future__ import annotations
+
+import pytest
+
+from chat.brains.builtin import BuiltinBrain, reflect
+from continuity.brains import Context
+
+
+def context(text: str, facts: dict | None = None) -> Context:
+    return Context(
+        owner_id=1,
+        conversation_id=1,
+        message_id=1,
+        attempt=1,
+        text=text,
+        history=[],
+        facts=facts or {},
+    )
+
+
+def answer(text: str, facts: dict | None = None) -> tuple[str, dict]:
+    brain = BuiltinBrain()
+    ctx = context(text, facts)
+    plan = brain.plan(ctx)
+    reply = "".join(brain.respond(ctx, plan))
+    return reply, brain.remember(ctx, plan, reply)
+
+
+def test_a_note_about_me_is_said_back_about_you():
+    reply, facts = answer("Please remember that my knee hurts")
+    assert reply == "I'll remember that your knee hurts."
+    assert facts == {"note": "your knee hurts"}
+
+
+def test_what_do_you_remember_about_me_stores_no_note():
+    reply, facts = answer("What do you remember about me?", facts={"name": "Ada"})
+    assert facts == {}
+    assert reply.startswith("Here is what I remember")
+    assert "about me" not in reply
+
+
+def test_do_you_remember_my_name_is_a_question_not_a_note():
+    _, facts = answer("Do you remember my name?")
+    assert "note" not in facts
+
+
+@pytest.mark.parametrize(
+    ("said", "reflected"),
+    [
+        ("my knee hurts", "your knee hurts"),
+        ("I'm allergic to nuts", "you're allergic to nuts"),
+        ("I am tired", "you are tired"),
+        ("the blue mug is mine, not Tim's", "the blue mug is yours, not Tim's"),
+        ("I told myself to call me back", "you told yourself to call you back"),
+        ("I’ve moved", "you've moved"),
+        ("My sister visits", "your sister visits"),
+        ("enemy time in Miami", "enemy time in Miami"),
+    ],
+)
+def test_reflect_swaps_whole_words_only(said, reflected):
+    assert reflect(said) == reflected
