@@ -32,6 +32,17 @@ class HandoffNote:
 
 
 @dataclass(frozen=True)
+class RecoveryNote:
+    """This attempt resumes work an earlier one left unfinished: the first reply after a
+    restart says so."""
+
+    kind: str  # a Recovery.Kind value
+    label: str  # "a crash", "a planned restart", ...
+    interrupted_at: datetime
+    down_seconds: float
+
+
+@dataclass(frozen=True)
 class Context:
     """What a brain may know when answering one user message, in the startup order: identity
     and rules, long-term facts, task state (handoff, last plan), summary + recent turns, then
@@ -49,6 +60,7 @@ class Context:
     task_checkpoint: dict = field(default_factory=dict)
     summary: str = ""
     pending: list[Turn] = field(default_factory=list)
+    recovery: RecoveryNote | None = None
 
 
 class Brain(Protocol):

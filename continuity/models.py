@@ -345,6 +345,7 @@ class Handoff(models.Model):
         COMPACTION = "compaction", "Compaction"
         PAUSE = "pause", "Pause"
         STAFF_EDIT = "staff_edit", "Edited by staff"
+        USER_CORRECTION = "user_correction", "Corrected by the user"
 
     conversation = models.ForeignKey(
         Conversation, on_delete=models.CASCADE, related_name="handoffs"
@@ -481,3 +482,43 @@ class RunContext(models.Model):
 
     def __str__(self) -> str:
         return f"Context of run {self.run_id}"
+
+
+class Recovery(models.Model):
+    """An attempt that resumed work an earlier attempt left unfinished: what the user is told
+    in the restart banner, at that point of the conversation."""
+
+    class Kind(models.TextChoices):
+        CRASH = "crash", "a crash"
+        PLANNED_SHUTDOWN = "planned_shutdown", "a planned restart"
+        DATABASE_OUTAGE = "database_outage", "a database outage"
+        PAUSE = "pause", "a pause after repeated crashes"
+
+    conversation = models.ForeignKey(
+        Conversation, on_delete=models.CASCADE, related_name="recoveries"
+    )
+    message = models.ForeignKey(
+        Message,
+        on_delete=models.CASCADE,
+        related_name="recoveries",
+        help_text="The message being answered when the work was interrupted and resumed.",
+    )
+    run = models.OneToOneField(
+        Run, on_delete=models.CASCADE, related_name="recovery", help_text="The resuming attempt."
+    )
+    interrupted_run = models.ForeignKey(
+        Run, on_delete=models.CASCADE, related_name="+", help_text="The attempt that stopped."
+    )
+    kind = models.CharField(max_length=32, choices=Kind.choices)
+    interrupted_at = models.DateTimeField(help_text="The stopped attempt's last sign of life.")
+    resumed_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"Recovery of message {self.message_id} after {self.get_kind_display()}"
+
+    @property
+    def down_seconds(self) -> float:
+        return max(0.0, (self.resumed_at - self.interrupted_at).total_seconds())

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from django.db.models import Count, DurationField, ExpressionWrapper, F, Max, QuerySet
 from django.db.models.functions import Now
 
-from .models import Conversation, Message, ReplyChunk, Run
+from .context.recoveries import recovery_sentence
+from .models import Conversation, Message, Recovery, ReplyChunk, Run
 
 
 @dataclass(frozen=True)
@@ -21,6 +22,15 @@ class Exchange:
     streaming_run_id: int | None = None
     streamed_text: str = ""
     last_seq: int = 0
+    recoveries: tuple[RecoveryBanner, ...] = ()
+
+
+@dataclass(frozen=True)
+class RecoveryBanner:
+    """A restart banner, shown with the exchange whose answer was interrupted and resumed."""
+
+    pk: int
+    sentence: str
 
 
 def conversations_of(owner) -> QuerySet[Conversation]:
@@ -35,10 +45,24 @@ def exchanges_of(
         messages = messages.filter(pk__in=list(message_ids))
     messages = list(messages.order_by("id"))
     streaming = streaming_runs(m.pk for m in messages if m.state == Message.State.PROCESSING)
+    banners = recovery_banners([m.pk for m in messages])
     return [
-        Exchange(message=m, reply=getattr(m, "reply", None), **streaming.get(m.pk, {}))
+        Exchange(
+            message=m,
+            reply=getattr(m, "reply", None),
+            recoveries=banners.get(m.pk, ()),
+            **streaming.get(m.pk, {}),
+        )
         for m in messages
     ]
+
+
+def recovery_banners(message_ids: list[int]) -> dict[int, tuple[RecoveryBanner, ...]]:
+    found: dict[int, tuple[RecoveryBanner, ...]] = {}
+    for recovery in Recovery.objects.filter(message_id__in=message_ids).order_by("id"):
+        banner = RecoveryBanner(pk=recovery.pk, sentence=recovery_sentence(recovery))
+        found[recovery.message_id] = (*found.get(recovery.message_id, ()), banner)
+    return found
 
 
 def streaming_runs(message_ids: Iterable[int]) -> dict[int, dict]:

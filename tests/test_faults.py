@@ -19,6 +19,7 @@ import redis
 from django.conf import settings
 
 from continuity.context.assembly import run_context_text
+from continuity.context.recoveries import recovery_sentence
 from continuity.delivery.conversations import conversation_resume
 from continuity.delivery.inbox import drains_waiting, message_accept
 from continuity.models import (
@@ -28,6 +29,7 @@ from continuity.models import (
     DeadLetter,
     MemoryFact,
     Message,
+    Recovery,
     Run,
 )
 from tests.brains import HANG, KILL_ALWAYS, KILL_FIRST_ATTEMPT, SLEEP
@@ -235,6 +237,19 @@ def test_sigterm_mid_conversation_leaves_a_handoff_that_the_next_run_is_given(pr
     assert "Working memory (handoff v" in run_context_text(resumed.context)
     assert "Planned shutdown" in run_context_text(resumed.context)
     assert "Interrupted" not in conversation.handoffs.order_by("-version").first().current_state
+    # The banner at that point of the conversation says it was a planned restart.
+    recovery = Recovery.objects.get(message=message)
+    assert (recovery.kind, recovery.run_id, recovery.interrupted_run_id) == (
+        "planned_shutdown",
+        resumed.pk,
+        run.pk,
+    )
+    assert recovery_sentence(recovery).startswith(
+        "The assistant restarted after a planned restart at"
+    )
+    assert Message.objects.get(reply_to=message).text.startswith(
+        "(I restarted after a planned restart and restored my notes on where we were"
+    )
     assert_promise_kept([earlier, message])
 
 

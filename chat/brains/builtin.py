@@ -158,7 +158,21 @@ class BuiltinBrain:
         known = {**context.facts, **plan["facts"]}
         name = known.get("name")
         handler = getattr(self, f"reply_{plan['intent']}")
-        return handler(context=context, plan=plan, known=known, name=name)
+        reply = handler(context=context, plan=plan, known=known, name=name)
+        if context.recovery is not None:
+            return f"{self.recovery_sentence(context)}\n\n{reply}"
+        return reply
+
+    def recovery_sentence(self, context: Context) -> str:
+        """One sentence on the restart and what this reply continues with."""
+        recovery = context.recovery
+        restored = "our conversation and what I remember about you"
+        if context.handoff is not None:
+            restored = "my notes on where we were"
+        return (
+            f"(I restarted after {recovery.label} and restored {restored}; "
+            f"continuing with your message “{clip(context.text, 60)}”.)"
+        )
 
     def reply_ask_name(self, *, name: str | None, **_) -> str:
         if name:

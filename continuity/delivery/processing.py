@@ -10,6 +10,7 @@ import logging
 import time
 import traceback
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from functools import partial
 from threading import Event
 
@@ -22,6 +23,7 @@ from ..brains import Brain, Context, brain_load
 from ..context.assembly import context_gather, context_load, context_tokens, run_context_store
 from ..context.compaction import compaction_candidates, compaction_store, turns_of
 from ..context.memory import memory_remember
+from ..context.recoveries import recovery_note, recovery_record
 from ..errors import AttemptStopped, PermanentError
 from ..live.events import publish_reply_chunk
 from ..models import Checkpoint, Message, ReplyChunk, Run
@@ -155,6 +157,8 @@ def context_assemble(*, run: Run, message: Message, brain: Brain) -> Context:
             context = context_load(refs=refs, message=message, attempt=run.attempt)
             tokens = context_tokens(context)
         run_context_store(run=run, refs=refs, tokens=tokens)
+        if (recovery := recovery_record(run=run)) is not None:
+            context = replace(context, recovery=recovery_note(recovery))
     return context
 
 

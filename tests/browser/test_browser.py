@@ -11,7 +11,9 @@ from playwright.sync_api import Page, expect
 
 from chat.brains.builtin import BuiltinBrain
 from continuity.brains import Context
-from continuity.models import Message
+from continuity.context.assembly import context_text, run_context_load
+from continuity.context.recoveries import restored_of
+from continuity.models import Message, RunContext
 from tests.browser.helpers import log_in
 from tests.factories import PASSWORD, ConversationFactory, UserFactory
 from tests.processes import ARTIFACTS, WatchdogProcess, WebProcess, WorkerProcess, process_id
@@ -89,24 +91,31 @@ def builtin_reply(text: str) -> str:
     return brain.reply_text(context, brain.plan(context))
 
 
-def test_a_crash_and_a_web_restart_mid_reply_leave_one_clean_reply(page: Page, processes):
+def test_a_crash_and_a_web_restart_mid_reply_leave_one_clean_reply_and_a_banner(
+    page: Page, processes
+):
     worker = processes.add(WorkerProcess(CONTINUITY_BUILTIN_TOKEN_DELAY="0.08"))
     processes.add(WatchdogProcess())
     web = processes.add(WebProcess())
     user = UserFactory()
     conversation = ConversationFactory(owner=user)
-    text = "Hi, my name is Ada, my goal is to finish the migration, and I like tea."
-    expected = builtin_reply(text)
+    text = "Hi, my goal is to finish the migration, and I like tea."
+    body = builtin_reply(text)
 
     log_in(page, web, user.username)
     page.add_init_script(RECORD_STREAMED_TEXT)
     page.goto(f"{web.url}/c/{conversation.pk}/")
     expect(page.locator("[data-live-indicator]")).to_have_text("live")
+    page.get_by_label("Message").fill("My name is Ada")
+    page.get_by_label("Message").press("Enter")
+    expect(page.locator(".bubble.assistant.markdown")).to_contain_text(
+        "Nice to meet you, Ada!", timeout=30_000
+    )
     page.get_by_label("Message").fill(text)
     page.get_by_label("Message").press("Enter")
 
     message = wait_for(
-        lambda: Message.objects.filter(conversation=conversation).first(),
+        lambda: Message.objects.filter(conversation=conversation, text=text).first(),
         timeout=10,
         what="the message",
     )
@@ -120,6 +129,10 @@ def test_a_crash_and_a_web_restart_mid_reply_leave_one_clean_reply(page: Page, p
         timeout=30,
         what="the second attempt streaming",
     )
+    exchange = page.locator(f"#exchange-{message.pk}")
+    banner = exchange.locator("[data-recovery]")
+    # The banner appears live, at this point of the conversation, once the retry resumes.
+    expect(banner).to_contain_text("The assistant restarted after a crash at")
     expect(page.locator(f'[data-streaming][data-run="{retry.pk}"]')).to_be_visible()
     web.kill_all()  # the web tier dies mid-reply and comes back on the same address
     message.refresh_from_db()
@@ -127,19 +140,39 @@ def test_a_crash_and_a_web_restart_mid_reply_leave_one_clean_reply(page: Page, p
     processes.add(WebProcess(port=web.port))
 
     expect(page.locator("[data-live-indicator]")).to_have_text("live", timeout=15_000)
-    reply = page.locator(".bubble.assistant.markdown")
+    reply = exchange.locator(".bubble.assistant.markdown")
     expect(reply).to_contain_text("Noted that you like tea.", timeout=30_000)
     expect(reply).to_have_count(1)
-    assert reply.inner_text().count("Nice to meet you") == 1
-    assert Message.objects.get(reply_to=message).text == expected
+    final = Message.objects.get(reply_to=message).text
+    # The first reply after the restart says so in one sentence, then answers as it would have.
+    assert final.startswith("(I restarted after a crash and restored my notes on where we were")
+    assert final.endswith(body) and final.count("Noted that you like tea.") == 1
 
     shown = page.evaluate("window.__streamed")
-    runs_shown = {run for run, _ in shown}
-    assert {str(crashed.pk), str(retry.pk)} <= runs_shown
-    # Every partial reply the person saw was the start of the real reply: nothing doubled,
+    assert {str(crashed.pk), str(retry.pk)} <= {run for run, _ in shown}
+    # Every partial reply the person saw was the start of its attempt's reply: nothing doubled,
     # nothing from the crashed attempt glued to the retry.
-    assert all(expected.startswith(streamed) for _, streamed in shown), shown[-5:]
-    page.screenshot(path=ARTIFACTS / "browser-recovered.png", full_page=True)
+    for run, streamed in shown:
+        assert (final if run == str(retry.pk) else body).startswith(streamed), (run, streamed)
+
+    restored = restored_of(RunContext.objects.get(run=retry))
+    expect(banner).to_contain_text(f"{restored.facts} remembered fact")
+    expect(banner).to_contain_text(f"the last {restored.turns} messages")
+    expect(banner).to_contain_text("your handoff from")
+    page.screenshot(path=ARTIFACTS / "restart-banner.png", full_page=True)
+
+    page.reload()
+    expect(page.locator(f"#exchange-{message.pk} [data-recovery]")).to_contain_text(
+        "The assistant restarted after a crash at"
+    )
+    page.get_by_role("link", name="Show what was recovered").click()
+    given = page.locator("[data-recovered-context]")
+    expect(given).to_contain_text("Long-term memory")
+    for line in context_text(run_context_load(retry.context)).splitlines():
+        # Each remembered fact and each turn the attempt was given.
+        if line.startswith(("- ", "User: ", "Assistant: ")):
+            expect(given).to_contain_text(line.split(": ", 1)[1].replace("**", "")[:50])
+    page.screenshot(path=ARTIFACTS / "recovered-context.png", full_page=True)
 
 
 def test_a_send_after_signing_out_elsewhere_keeps_the_text_for_after_sign_in(page: Page, site):

@@ -112,11 +112,13 @@ def test_edit_and_delete_need_the_csrf_token_and_work_with_it(world):
     token = csrf_token_from(client.get(reverse("chat:memory")))
     response = client.post(edit, {"value": "your left knee hurts", "csrfmiddlewaretoken": token})
     assert (response.status_code, response["Location"]) == (302, reverse("chat:memory"))
-    fact.refresh_from_db()
+    # An edit is a new version of the fact; the old one is kept for the runs that saw it.
+    fact = MemoryFact.objects.current().get(owner=world["owner"], key=fact.key)
     assert fact.value == "your left knee hurts"
     page = client.get(reverse("chat:memory")).content.decode()
     assert "your left knee hurts" in page and "Saved." in page
 
+    delete = reverse("chat:memory_delete", args=[fact.pk])
     confirm = client.get(reverse("chat:memory_forget", args=[fact.pk])).content.decode()
     assert "Forget this?" in confirm and f'action="{delete}"' in confirm
     response = client.post(delete, {"csrfmiddlewaretoken": token})
@@ -134,6 +136,8 @@ def test_htmx_edit_and_delete_return_the_page_body_only(world):
     html = response.content.decode()
     assert response.status_code == 200 and "<html" not in html and "better" in html
     assert response["HX-Push-Url"] == reverse("chat:memory")
+    fact = MemoryFact.objects.current().get(owner=world["owner"], key=fact.key)  # the new version
+    assert f'action="{reverse("chat:memory_edit", args=[fact.pk])}"' in html
     response = client.post(reverse("chat:memory_delete", args=[fact.pk]), headers=HTMX)
     assert response.status_code == 200 and "better" not in response.content.decode()
 

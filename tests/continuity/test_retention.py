@@ -32,7 +32,7 @@ def test_old_working_state_of_finished_messages_is_pruned(conversation):
 
     assert not Checkpoint.objects.filter(message=old).exists()
     assert not ReplyChunk.objects.filter(message=old).exists()
-    assert Checkpoint.objects.filter(message=recent).count() == 4
+    assert Checkpoint.objects.filter(message=recent).count() == 3  # plan, respond, remember
     assert Message.objects.get(reply_to=old).text  # the reply itself is history: kept
 
 

@@ -1,0 +1,148 @@
+"""Restart banners: a record whenever an attempt resumes work that an earlier one left
+unfinished, and the plain words that tell the user what happened and what was restored.
+
+What was restored is read from the resuming run's stored context (`RunContext`), so the banner,
+the "Show what was recovered" page and the brain all speak of the same items.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.db import transaction
+from django.utils import timezone
+
+from ..brains import RecoveryNote
+from ..live.events import publish_message_changed
+from ..models import Alert, Handoff, Message, Recovery, Run, RunContext
+from .handoffs import handoff_latest, handoff_sections, handoff_write, section_text
+
+DATABASE_LOST = "Database unavailable"
+
+
+def recovery_kind(interrupted: Run) -> str:
+    if interrupted.state == Run.State.INTERRUPTED:
+        if interrupted.error.startswith(DATABASE_LOST):
+            return Recovery.Kind.DATABASE_OUTAGE
+        return Recovery.Kind.PLANNED_SHUTDOWN
+    resumed_by_staff = Alert.objects.filter(
+        conversation_id=interrupted.conversation_id,
+        acknowledged_at__gte=interrupted.ended_at or interrupted.heartbeat_at,
+    ).exists()
+    return Recovery.Kind.PAUSE if resumed_by_staff else Recovery.Kind.CRASH
+
+
+def recovery_record(*, run: Run) -> Recovery | None:
+    """Inside the caller's fenced transaction: record a recovery when the attempt before this
+    one on the same message crashed or was interrupted. Its banner appears live."""
+    earlier = Run.objects.filter(message_id=run.message_id, pk__lt=run.pk)
+    interrupted = earlier.order_by("-pk").first()
+    if interrupted is None or interrupted.state not in (Run.State.CRASHED, Run.State.INTERRUPTED):
+        return None
+    recovery = Recovery.objects.create(
+        conversation_id=run.conversation_id,
+        message_id=run.message_id,
+        run=run,
+        interrupted_run=interrupted,
+        kind=recovery_kind(interrupted),
+        interrupted_at=interrupted.heartbeat_at,
+    )
+    recovery.refresh_from_db(fields=["resumed_at"])
+    transaction.on_commit(
+        lambda: publish_message_changed(
+            conversation_id=run.conversation_id, message_id=run.message_id
+        )
+    )
+    return recovery
+
+
+def recovery_note(recovery: Recovery) -> RecoveryNote:
+    return RecoveryNote(
+        kind=recovery.kind,
+        label=recovery.get_kind_display(),
+        interrupted_at=recovery.interrupted_at,
+        down_seconds=recovery.down_seconds,
+    )
+
+
+@dataclass(frozen=True)
+class Restored:
+    """What the resuming attempt was given, counted from its stored context."""
+
+    handoff: Handoff | None
+    facts: int
+    summary_messages: int
+    turns: int
+    waiting: int
+
+
+def restored_of(run_context: RunContext | None) -> Restored:
+    if run_context is None:
+        return Restored(handoff=None, facts=0, summary_messages=0, turns=0, waiting=0)
+    summary_messages = 0
+    if run_context.summary is not None:
+        summary_messages = Message.objects.filter(
+            conversation_id=run_context.summary.conversation_id,
+            pk__lte=run_context.summary.covers_through_id,
+        ).count()
+    return Restored(
+        handoff=run_context.handoff,
+        facts=len(run_context.facts),
+        summary_messages=summary_messages,
+        turns=len(run_context.turns),
+        waiting=len(run_context.pending),
+    )
+
+
+def restored_items(restored: Restored) -> list[str]:
+    items = []
+    if restored.handoff is not None:
+        items.append(f"your handoff from {clock(restored.handoff.created_at)}")
+    items.append(plural(restored.facts, "remembered fact"))
+    if restored.summary_messages:
+        items.append(f"a summary of {plural(restored.summary_messages, 'earlier message')}")
+    items.append(f"the last {plural(restored.turns, 'message')}")
+    if restored.waiting:
+        items.append(f"{plural(restored.waiting, 'message')} that waited")
+    return items
+
+
+def recovery_sentence(recovery: Recovery) -> str:
+    """ "The assistant restarted after a crash at 21:14 (down 12 s). It restored your handoff
+    from 21:13, 3 remembered facts, a summary of 40 earlier messages and the last 20 messages."""
+    run_context = RunContext.objects.filter(run_id=recovery.run_id).first()
+    items = restored_items(restored_of(run_context))
+    listed = items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+    return (
+        f"The assistant restarted after {recovery.get_kind_display()} at "
+        f"{clock(recovery.interrupted_at)} (down {duration(recovery.down_seconds)}). "
+        f"It restored {listed}."
+    )
+
+
+def handoff_correct(*, conversation_id: int, text: str, author) -> Handoff:
+    """The user's correction goes into the critical context of the next run's handoff."""
+    sections = handoff_sections(handoff_latest(conversation_id=conversation_id))
+    sections["critical_context"] = section_text(
+        [sections["critical_context"], f"Correction from the user: {' '.join(text.split())}"]
+    )
+    return handoff_write(
+        conversation_id=conversation_id,
+        reason=Handoff.Reason.USER_CORRECTION,
+        sections=sections,
+        author=author,
+    )
+
+
+def clock(moment) -> str:
+    return f"{timezone.localtime(moment):%H:%M %Z}"
+
+
+def duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{round(seconds)} s"
+    return f"{round(seconds / 60)} min"
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"

@@ -1,0 +1,128 @@
+"""Restart banners: a recovery is recorded when an attempt resumes an interrupted one, and its
+words, its page and the first reply all speak of what the resuming attempt was given."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from continuity.context.recoveries import restored_of
+from continuity.delivery.attempts import attempt_begin, attempt_end
+from continuity.delivery.inbox import message_accept
+from continuity.delivery.processing import drain_conversation
+from continuity.models import Conversation, Handoff, Message, Recovery, RunContext
+from tests.factories import ConversationFactory, UserFactory
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def send(conversation, text: str) -> Message:
+    return message_accept(conversation=conversation, text=text, client_id=uuid.uuid4())
+
+
+def interrupted_then_resumed(conversation, text: str, *, state: str, error: str) -> Message:
+    message = send(conversation, text)
+    run = attempt_begin(conversation_id=conversation.pk)
+    attempt_end(run_id=run.pk, state=state, error=error, detected_by="watchdog")
+    Conversation.objects.filter(pk=conversation.pk).update(retry_at=None)  # skip the backoff
+    drain_conversation(conversation_id=conversation.pk)
+    return message
+
+
+@pytest.fixture
+def chat():
+    conversation = ConversationFactory()
+    send(conversation, "Hi, my name is Ada and my goal is to ship the compiler")
+    drain_conversation(conversation_id=conversation.pk)
+    return conversation
+
+
+def test_a_crash_then_a_resume_records_a_recovery_the_banner_and_the_reply_speak_of(chat):
+    message = interrupted_then_resumed(
+        chat, "What's my name?", state="crashed", error="Heartbeat stopped"
+    )
+    recovery = Recovery.objects.get(message=message)
+    assert recovery.kind == "crash" and recovery.interrupted_run.state == "crashed"
+    assert recovery.run.state == "completed" and recovery.down_seconds >= 0
+
+    reply = Message.objects.get(reply_to=message).text
+    assert reply.startswith("(I restarted after a crash and restored")
+    assert reply.endswith("Your name is **Ada**.")
+
+    restored = restored_of(RunContext.objects.get(run=recovery.run))
+    assert (restored.facts, restored.turns) == (2, 2)  # name and goal; one earlier exchange
+    page = Client()
+    page.force_login(chat.owner)
+    html = page.get(reverse("chat:conversation", args=[chat.pk])).content.decode()
+    assert "The assistant restarted after a crash at" in html
+    assert "It restored your handoff from" in html and "2 remembered facts" in html
+    assert "the last 2 messages" in html
+    assert reverse("chat:recovery", args=[chat.pk, recovery.pk]) in html
+
+
+def test_a_planned_shutdown_is_told_as_a_planned_restart(chat):
+    message = interrupted_then_resumed(
+        chat, "Where were we?", state="interrupted", error="Planned shutdown of worker w1."
+    )
+    recovery = Recovery.objects.get(message=message)
+    assert recovery.kind == "planned_shutdown"
+    page = Client()
+    page.force_login(chat.owner)
+    html = page.get(reverse("chat:conversation", args=[chat.pk])).content.decode()
+    assert "The assistant restarted after a planned restart" in html
+
+
+def test_an_answer_without_interruption_has_no_banner(chat):
+    message = send(chat, "thanks")
+    drain_conversation(conversation_id=chat.pk)
+    assert not Recovery.objects.filter(message=message).exists()
+    assert not Message.objects.get(reply_to=message).text.startswith("(I restarted")
+
+
+@pytest.mark.parametrize(("who", "status"), [("owner", 200), ("other", 404), ("staff", 404)])
+def test_the_recovered_context_is_shown_only_to_the_owner(chat, who, status):
+    message = interrupted_then_resumed(chat, "What's my goal?", state="crashed", error="boom")
+    recovery = Recovery.objects.get(message=message)
+    user = {"owner": chat.owner, "other": UserFactory(), "staff": UserFactory(is_staff=True)}[who]
+    client = Client()
+    client.force_login(user)
+    response = client.get(reverse("chat:recovery", args=[chat.pk, recovery.pk]))
+    assert response.status_code == status
+    if status == 200:
+        html = response.content.decode()
+        # The same items as the run's stored context: the facts and the earlier turn.
+        assert "ship the compiler" in html and "Ada" in html
+        assert (
+            "Hi, my name is Ada" in html
+            and "What&#x27;s my goal?" in html
+            or "What's my goal" in html
+        )
+        assert "The assistant restarted after a crash" in html
+
+
+def test_anonymous_users_are_sent_to_log_in(chat):
+    message = interrupted_then_resumed(chat, "hello", state="crashed", error="boom")
+    recovery = Recovery.objects.get(message=message)
+    response = Client().get(reverse("chat:recovery", args=[chat.pk, recovery.pk]))
+    assert response.status_code == 302 and "/accounts/login/" in response["Location"]
+
+
+def test_a_correction_goes_into_the_next_runs_critical_context(chat):
+    message = interrupted_then_resumed(chat, "hello", state="crashed", error="boom")
+    recovery = Recovery.objects.get(message=message)
+    client = Client()
+    client.force_login(chat.owner)
+    url = reverse("chat:recovery_correct", args=[chat.pk, recovery.pk])
+    assert client.get(url).status_code == 405
+    response = client.post(url, {"text": "My goal is the linker, not the compiler"})
+    assert response.status_code == 302
+    correction = Handoff.objects.filter(conversation=chat).order_by("-version").first()
+    assert correction.reason == "user_correction" and correction.author == chat.owner
+    assert "Correction from the user: My goal is the linker" in correction.critical_context
+
+    later = send(chat, "Where were we?")
+    drain_conversation(conversation_id=chat.pk)
+    assert RunContext.objects.get(run__message=later).handoff == correction
