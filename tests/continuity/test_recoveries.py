@@ -126,3 +126,20 @@ def test_a_correction_goes_into_the_next_runs_critical_context(chat):
     later = send(chat, "Where were we?")
     drain_conversation(conversation_id=chat.pk)
     assert RunContext.objects.get(run__message=later).handoff == correction
+
+
+def test_a_resume_from_pause_is_told_as_such(chat):
+    from continuity.delivery.conversations import conversation_pause, conversation_resume
+
+    message = send(chat, "What's my name?")
+    run = attempt_begin(conversation_id=chat.pk)
+    attempt_end(run_id=run.pk, state="crashed", error="boom", detected_by="watchdog")
+    conversation_pause(conversation=Conversation.objects.get(pk=chat.pk), reason="3 crashes")
+    drain_conversation(conversation_id=chat.pk)
+    assert not Recovery.objects.exists()  # paused: nothing resumes
+    conversation_resume(conversation=Conversation.objects.get(pk=chat.pk))
+    drain_conversation(conversation_id=chat.pk)
+    assert Recovery.objects.get(message=message).kind == "pause"
+    assert Message.objects.get(reply_to=message).text.startswith(
+        "(I restarted after a pause after repeated crashes"
+    )
