@@ -7,7 +7,8 @@ A changed value is a new row and the old row is marked superseded, so a run's st
 
 from __future__ import annotations
 
-from django.db import IntegrityError, transaction
+from django.contrib.auth import get_user_model
+from django.db import transaction
 from django.db.models import QuerySet
 from django.db.models.functions import Now
 
@@ -23,28 +24,30 @@ def memory_facts_of(owner) -> QuerySet[MemoryFact]:
     )
 
 
+def owner_lock(owner_id: int) -> None:
+    """Fact writes of one person are serialized on their user row: a key's current version is
+    superseded and the next one created under it, so turns of several conversations answered
+    by several workers at once never race to create the same key (seen in chaos runs)."""
+    list(get_user_model().objects.select_for_update().filter(pk=owner_id).values_list("pk"))
+
+
 def memory_remember(
     *, owner_id: int, key: str, value: str, source_message: Message | None = None
 ) -> MemoryFact:
     """Set the owner's fact `key` to `value`: a new version if it changed, else the current one."""
-    for _ in range(2):
-        with transaction.atomic():
-            current = (
-                MemoryFact.objects.current()
-                .select_for_update()
-                .filter(owner_id=owner_id, key=key)
-                .first()
-            )
-            if current is not None:
-                return fact_replace(current=current, value=value, source_message=source_message)
-            try:
-                with transaction.atomic():  # a concurrent first write of the key wins; we retry
-                    return MemoryFact.objects.create(
-                        owner_id=owner_id, key=key, value=value, source_message=source_message
-                    )
-            except IntegrityError:
-                continue
-    raise IntegrityError(f"Could not store fact {key!r} of user {owner_id}.")
+    with transaction.atomic():
+        owner_lock(owner_id)
+        current = (
+            MemoryFact.objects.current()
+            .select_for_update()
+            .filter(owner_id=owner_id, key=key)
+            .first()
+        )
+        if current is not None:
+            return fact_replace(current=current, value=value, source_message=source_message)
+        return MemoryFact.objects.create(
+            owner_id=owner_id, key=key, value=value, source_message=source_message
+        )
 
 
 def memory_fact_revise(
@@ -53,6 +56,7 @@ def memory_fact_revise(
     """Change a current fact's value (the memory page's edit); returns the new version, which
     keeps the message the fact came from unless another is given."""
     with transaction.atomic():
+        owner_lock(fact.owner_id)
         current = MemoryFact.objects.current().select_for_update().get(pk=fact.pk)
         return fact_replace(
             current=current, value=value, source_message=source_message or current.source_message

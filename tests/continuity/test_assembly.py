@@ -144,3 +144,39 @@ def test_token_counting_goes_through_the_configured_estimator(conversation, sett
     drain_conversation(conversation_id=conversation.pk)
     stored = RunContext.objects.get(run__message=message)
     assert stored.estimated_tokens == words(context_text(run_context_load(stored)))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_turns_of_one_person_store_one_current_version_of_a_fact():
+    """Several workers answering one person's conversations at once all write the "note"
+    fact: every write succeeds, and exactly one version stays current."""
+    import threading
+
+    from django.db import connection
+
+    from continuity.context.memory import memory_remember
+    from continuity.models import MemoryFact
+    from tests.factories import UserFactory
+
+    owner = UserFactory()
+    failures: list[BaseException] = []
+    start = threading.Barrier(6)
+
+    def remember(number: int) -> None:
+        try:
+            start.wait(timeout=10)
+            for round_ in range(5):
+                memory_remember(owner_id=owner.pk, key="note", value=f"item {number}.{round_}")
+        except BaseException as exc:  # reported by the test thread
+            failures.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=remember, args=(n,)) for n in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert failures == []
+    assert MemoryFact.objects.current().filter(owner=owner, key="note").count() == 1
+    assert MemoryFact.objects.filter(owner=owner, key="note").count() >= 2
