@@ -7,7 +7,7 @@ import uuid
 
 import redis
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import DatabaseError, IntegrityError, InterfaceError, transaction
 from django.db.models import F
 from django.db.models.functions import Now
 from django.utils import timezone
@@ -105,10 +105,7 @@ def drain_send(*, conversation_id: int) -> None:
                 time_limit=settings.CELERY_TASK_TIME_LIMIT,
             )
             sent = True
-            # When a drain was last really sent: the watchdog's clock for "lost". Not bumped when
-            # a drain already waits, or a stuck marker would look fresh for as long as messages
-            # keep arriving.
-            Conversation.objects.filter(pk=conversation_id).update(enqueued_at=Now())
+            drain_sent_at(conversation_id=conversation_id)
     except SEND_ERRORS:
         # Only broker and network errors: a soft time limit raised meanwhile must reach the task.
         logger.warning(
@@ -120,6 +117,16 @@ def drain_send(*, conversation_id: int) -> None:
         if claimed and not sent:
             # A marker without its task would hold off every enqueue until it expires.
             key_delete(marker)
+
+
+def drain_sent_at(*, conversation_id: int) -> None:
+    """When a drain was last really sent: the watchdog's clock for "lost". Not bumped when a
+    drain already waits, or a stuck marker would look fresh for as long as messages keep
+    arriving. Best effort: the drain is on its way, and a stale time costs a spare re-send."""
+    try:
+        Conversation.objects.filter(pk=conversation_id).update(enqueued_at=Now())
+    except (DatabaseError, InterfaceError):
+        logger.warning("Send time of conversation %s not recorded", conversation_id)
 
 
 def drain_received(*, conversation_id: int, sequence: int) -> None:
