@@ -15,6 +15,7 @@ from continuity.models import Conversation, Run
 from tests.browser.helpers import log_in
 from tests.factories import ConversationFactory, MessageFactory, UserFactory
 from tests.processes import ARTIFACTS, WebProcess
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -34,7 +35,13 @@ def below_the_exchanges_above_the_composer(page: Page, notice) -> None:
     """Where the person is looking: in the dock that holds the composer, just above it."""
     dock = page.locator(".composer-dock")
     expect(dock.locator("#composer")).to_be_visible()
-    notice_box, composer_box = notice.bounding_box(), dock.locator("#composer").bounding_box()
+
+    def boxes():
+        # The status is re-rendered over the websocket: measure between two renderings.
+        found = notice.bounding_box(), dock.locator("#composer").bounding_box()
+        return found if None not in found else None
+
+    notice_box, composer_box = wait_for(boxes, timeout=5, what="the notice and the composer")
     assert notice_box["y"] + notice_box["height"] <= composer_box["y"] + 1
     assert composer_box["y"] - (notice_box["y"] + notice_box["height"]) < 60
 
