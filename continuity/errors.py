@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+# How an attempt that lost the database ends its error text: delivery writes it, and the
+# restart banner (context) reads it to tell a database outage from a planned shutdown.
+DATABASE_LOST = "Database unavailable"
+
 
 class InvalidMessage(ValueError):
     """The user's input was refused; the text is safe to show to the user."""

@@ -13,11 +13,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from ..brains import RecoveryNote
+from ..errors import DATABASE_LOST
 from ..live.events import publish_message_changed
 from ..models import Alert, Handoff, Message, Recovery, Run, RunContext
 from .handoffs import handoff_latest, handoff_sections, handoff_write, section_text
-
-DATABASE_LOST = "Database unavailable"
 
 
 def recovery_kind(interrupted: Run) -> str:

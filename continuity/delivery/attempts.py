@@ -18,7 +18,7 @@ from django.db.models import BooleanField, DateTimeField, ExpressionWrapper, Q
 from django.db.models.functions import Now
 
 from ..context.handoffs import handoff_after_interruption, handoff_after_turn
-from ..errors import AttemptStopped
+from ..errors import DATABASE_LOST, AttemptStopped
 from ..live.events import publish_message_changed
 from ..models import Conversation, CrashRecord, Handoff, Message, Run
 from ..ops.faults import fault_point
@@ -30,7 +30,6 @@ from .workers import current_incarnation
 
 logger = logging.getLogger(__name__)
 CRASH_ERROR = "Heartbeat stopped: the worker process died or hung."
-DATABASE_LOST = "Database unavailable"
 
 
 def worker_identity() -> str:

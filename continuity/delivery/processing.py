@@ -24,11 +24,10 @@ from ..context.assembly import context_gather, context_load, context_tokens, run
 from ..context.compaction import compaction_candidates, compaction_store, turns_of
 from ..context.memory import memory_remember
 from ..context.recoveries import recovery_note, recovery_record
-from ..errors import AttemptStopped, PermanentError
+from ..errors import DATABASE_LOST, AttemptStopped, PermanentError
 from ..live.events import publish_reply_chunk
 from ..models import Checkpoint, Message, ReplyChunk, Run
 from .attempts import (
-    DATABASE_LOST,
     attempt_begin,
     attempt_end,
     attempt_finish,
