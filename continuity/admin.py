@@ -80,7 +80,9 @@ class ConversationAdmin(admin.ModelAdmin):
         resumed = 0
         for conversation in queryset:
             try:
-                conversation_resume(conversation=conversation, by=request.user)
+                conversation_resume(
+                    conversation=conversation, by=request.user, reason="Resumed from the admin."
+                )
                 resumed += 1
             except InvalidTransition as error:
                 self.message_user(request, str(error), messages.WARNING)

@@ -89,6 +89,14 @@ class Message(models.Model):
         related_name="reply",
         help_text="For assistant messages: the user message answered. One reply per message.",
     )
+    reasked_from = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="reasks",
+        help_text="For a message staff sent again from a dead letter: the message it re-asks.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -236,12 +244,32 @@ class DeadLetter(models.Model):
         default=list, help_text="Every attempt: worker, start, end, state, error, traceback."
     )
     reason = models.TextField()
+    error_class = models.CharField(
+        max_length=100,
+        blank=True,
+        help_text="What ended the last attempt: an exception class, or a worker crash.",
+    )
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    retried_as = models.OneToOneField(
+        Message,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="retried_dead_letter",
+        help_text="The new message that re-asks this one at the end of the conversation.",
+    )
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    resolved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
-        ordering = ["-created_at"]
-        indexes = [models.Index(fields=["status", "-created_at"])]
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            models.Index(fields=["status", "-created_at"]),
+            models.Index(fields=["error_class", "-created_at"]),
+        ]
 
     def __str__(self) -> str:
         return f"Dead letter for message {self.message_id}"
@@ -258,12 +286,55 @@ class Alert(models.Model):
     text = models.TextField()
     created_at = models.DateTimeField(auto_now_add=True)
     acknowledged_at = models.DateTimeField(null=True, blank=True)
+    acknowledged_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
 
     class Meta:
         ordering = ["-created_at"]
+        indexes = [models.Index(fields=["acknowledged_at", "-created_at"])]
 
     def __str__(self) -> str:
         return f"{self.get_kind_display()}: {self.text[:60]}"
+
+
+class StaffAction(models.Model):
+    """The audit log of the staff console and admin: who did what to which record, and why."""
+
+    class Kind(models.TextChoices):
+        RETRY = "retry", "Retried"
+        EDIT_AND_RETRY = "edit_and_retry", "Edited and retried"
+        DISCARD = "discard", "Discarded"
+        RESUME = "resume", "Resumed the conversation"
+        ACKNOWLEDGE = "acknowledge", "Acknowledged the alert"
+
+    kind = models.CharField(max_length=32, choices=Kind.choices)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    actor_name = models.CharField(
+        max_length=150, help_text="The username at the time: kept if the account goes."
+    )
+    reason = models.TextField(blank=True)
+    conversation = models.ForeignKey(
+        Conversation, null=True, blank=True, on_delete=models.CASCADE, related_name="staff_actions"
+    )
+    dead_letter = models.ForeignKey(
+        DeadLetter, null=True, blank=True, on_delete=models.CASCADE, related_name="staff_actions"
+    )
+    alert = models.ForeignKey(
+        Alert, null=True, blank=True, on_delete=models.CASCADE, related_name="staff_actions"
+    )
+    details = models.JSONField(
+        default=dict, blank=True, help_text="For an edit: the original and the corrected text."
+    )
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} by {self.actor_name}"
 
 
 class Worker(models.Model):

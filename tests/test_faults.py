@@ -396,7 +396,7 @@ def test_three_crashes_within_the_window_pause_the_conversation_until_resumed(pr
     later.refresh_from_db()
     assert later.state == "queued" and later.attempts == 0
 
-    conversation_resume(conversation=conversation)
+    conversation_resume(conversation=conversation, by=UserFactory(is_staff=True), reason="fixed")
     wait_finished([*crashing, later])
     assert run_states(crashing[2]) == ["crashed", "completed"]
     later.refresh_from_db()

@@ -11,8 +11,9 @@ from django.utils import timezone
 from ..context.handoffs import handoff_for_pause
 from ..errors import InvalidTransition
 from ..live.events import publish_conversation_changed
-from ..models import Alert, Conversation, CrashRecord, Run
+from ..models import Alert, Conversation, CrashRecord, Run, StaffAction
 from .alerts import alert_mail
+from .audit import staff_action_record
 from .inbox import conversation_enqueue
 
 logger = logging.getLogger(__name__)
@@ -38,8 +39,9 @@ def conversation_pause(*, conversation: Conversation, reason: str) -> Alert:
 
 
 @transaction.atomic
-def conversation_resume(*, conversation: Conversation, by=None) -> None:
-    """Let a paused conversation process its queue again; its crashes stop counting."""
+def conversation_resume(*, conversation: Conversation, by, reason: str) -> None:
+    """Let a paused conversation process its queue again, in order; its crashes stop counting
+    and its open alerts are acknowledged by the same person."""
     updated = Conversation.objects.filter(
         pk=conversation.pk, state=Conversation.State.PAUSED
     ).update(state=Conversation.State.ACTIVE, paused_reason="", retry_at=None)
@@ -48,9 +50,12 @@ def conversation_resume(*, conversation: Conversation, by=None) -> None:
     now = timezone.now()
     CrashRecord.objects.filter(conversation=conversation, resolved_at=None).update(resolved_at=now)
     Alert.objects.filter(conversation=conversation, acknowledged_at=None).update(
-        acknowledged_at=now
+        acknowledged_at=now, acknowledged_by=by
     )
-    logger.info("Conversation %s resumed by %s", conversation.pk, by or "system")
+    staff_action_record(
+        kind=StaffAction.Kind.RESUME, by=by, reason=reason, conversation=conversation
+    )
+    logger.info("Conversation %s resumed by %s: %s", conversation.pk, by, reason)
     conversation_enqueue(conversation_id=conversation.pk)
     transaction.on_commit(lambda: publish_conversation_changed(conversation_id=conversation.pk))
 
@@ -75,3 +80,19 @@ def conversation_retry_now(*, conversation: Conversation) -> None:
         )
     conversation_enqueue(conversation_id=conversation.pk)
     transaction.on_commit(lambda: publish_conversation_changed(conversation_id=conversation.pk))
+
+
+@transaction.atomic
+def alert_acknowledge(*, alert: Alert, by, reason: str = "") -> None:
+    """Mark an alert as seen by someone; the conversation itself is left as it is."""
+    if not Alert.objects.filter(pk=alert.pk, acknowledged_at=None).update(
+        acknowledged_at=timezone.now(), acknowledged_by=by
+    ):
+        raise InvalidTransition(f"Alert {alert.pk} was already acknowledged.")
+    staff_action_record(
+        kind=StaffAction.Kind.ACKNOWLEDGE,
+        by=by,
+        reason=reason,
+        alert=alert,
+        conversation_id=alert.conversation_id,
+    )

@@ -7,10 +7,12 @@ import logging
 from django.db import transaction
 from django.utils import timezone
 
+from ..errors import InvalidMessage, InvalidTransition
 from ..live.events import publish_message_changed
-from ..models import Conversation, CrashRecord, DeadLetter, Message
+from ..models import Conversation, CrashRecord, DeadLetter, Message, Run, StaffAction
 from .alerts import alert_mail
-from .inbox import conversation_enqueue, message_bump
+from .audit import staff_action_record
+from .inbox import conversation_enqueue, message_bump, message_clean_text, message_queue
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +49,7 @@ def dead_letter_create(*, message: Message, reason: str) -> DeadLetter:
             },
             "attempts": attempts_snapshot(message),
             "reason": reason,
+            "error_class": error_class_of(message),
             "status": DeadLetter.Status.PENDING,
         },
     )
@@ -64,3 +67,125 @@ def dead_letter_create(*, message: Message, reason: str) -> DeadLetter:
         lambda: publish_message_changed(conversation_id=conversation.pk, message_id=message.pk)
     )
     return dead_letter
+
+
+def error_class_of(message: Message) -> str:
+    """What ended the message's last attempt, for filtering: "Worker crash", "Interrupted", or
+    the exception class named at the start of the error ("ValueError: …")."""
+    last = message.runs.order_by("-id").first()
+    if last is None:
+        return ""
+    if last.state == Run.State.CRASHED:
+        return "Worker crash"
+    if last.state == Run.State.INTERRUPTED:
+        return "Interrupted"
+    head = last.error.split(":", 1)[0].strip()
+    return head if head.isidentifier() else "Error"
+
+
+def dead_letter_lock(dead_letter_id: int) -> DeadLetter:
+    """Inside a transaction: the dead letter, locked, if staff have not dealt with it yet."""
+    dead_letter = (
+        DeadLetter.objects.select_for_update().select_related("message").get(pk=dead_letter_id)
+    )
+    if dead_letter.status != DeadLetter.Status.PENDING:
+        raise InvalidTransition(
+            f"Dead letter {dead_letter.pk} was already {dead_letter.get_status_display().lower()}."
+        )
+    return dead_letter
+
+
+@transaction.atomic
+def dead_letter_retry(
+    *, dead_letter: DeadLetter, by, reason: str = "", text: str | None = None
+) -> Message:
+    """Ask the message again, as a new message at the end of its conversation.
+
+    Not back in its old place: later messages were answered without it, so answering it there
+    would put a reply above replies that were written before it. The new message has a fresh
+    attempt budget and no checkpoints, and its context holds everything said since. `text`
+    corrects the message (edit and retry); the original stays in the dead letter and the audit.
+    """
+    dead_letter = dead_letter_lock(dead_letter.pk)
+    original = dead_letter.message
+    edited = text is not None and text.split() != original.text.split()
+    new_text = message_clean_text(text) if edited else original.text
+    reask = message_queue(
+        conversation_id=original.conversation_id, text=new_text, reasked_from=original
+    )
+    DeadLetter.objects.filter(pk=dead_letter.pk).update(
+        status=DeadLetter.Status.RETRIED,
+        retried_as=reask,
+        resolved_at=timezone.now(),
+        resolved_by=by,
+    )
+    staff_action_record(
+        kind=StaffAction.Kind.EDIT_AND_RETRY if edited else StaffAction.Kind.RETRY,
+        by=by,
+        reason=reason,
+        dead_letter=dead_letter,
+        conversation_id=original.conversation_id,
+        details={"original_text": original.text, "text": new_text, "message_id": reask.pk},
+    )
+    dead_letter_show_outcome(original)
+    logger.info("Dead letter %s retried by %s as message %s", dead_letter.pk, by, reask.pk)
+    return reask
+
+
+@transaction.atomic
+def dead_letter_discard(*, dead_letter: DeadLetter, by, reason: str) -> None:
+    """Close the dead letter without answering the message; the user sees it was discarded."""
+    if not reason.strip():
+        raise InvalidMessage("Say why the message is discarded: the reason goes in the audit log.")
+    dead_letter = dead_letter_lock(dead_letter.pk)
+    DeadLetter.objects.filter(pk=dead_letter.pk).update(
+        status=DeadLetter.Status.DISCARDED, resolved_at=timezone.now(), resolved_by=by
+    )
+    staff_action_record(
+        kind=StaffAction.Kind.DISCARD,
+        by=by,
+        reason=reason,
+        dead_letter=dead_letter,
+        conversation_id=dead_letter.conversation_id,
+    )
+    dead_letter_show_outcome(dead_letter.message)
+    logger.info("Dead letter %s discarded by %s: %s", dead_letter.pk, by, reason)
+
+
+def dead_letter_show_outcome(message: Message) -> None:
+    """Re-render the dead message on its owner's open pages: the notice under it changes."""
+    message_bump(message_id=message.pk)
+    transaction.on_commit(
+        lambda: publish_message_changed(
+            conversation_id=message.conversation_id, message_id=message.pk
+        )
+    )
+
+
+def dead_letters_retry(*, dead_letters, by, reason: str = "") -> tuple[int, list[str]]:
+    """Retry each (in the order their messages were sent, so re-asks keep that order); one
+    transaction each. Returns how many were retried and why the others were not."""
+    return each_dead_letter(
+        dead_letters, lambda item: dead_letter_retry(dead_letter=item, by=by, reason=reason)
+    )
+
+
+def dead_letters_discard(*, dead_letters, by, reason: str) -> tuple[int, list[str]]:
+    if not reason.strip():
+        raise InvalidMessage(
+            "Say why the messages are discarded: the reason goes in the audit log."
+        )
+    return each_dead_letter(
+        dead_letters, lambda item: dead_letter_discard(dead_letter=item, by=by, reason=reason)
+    )
+
+
+def each_dead_letter(dead_letters, action) -> tuple[int, list[str]]:
+    done, problems = 0, []
+    for dead_letter in sorted(dead_letters, key=lambda item: item.message_id):
+        try:
+            action(dead_letter)
+            done += 1
+        except (InvalidTransition, InvalidMessage) as error:
+            problems.append(str(error))
+    return done, problems

@@ -169,25 +169,28 @@ def message_accept(*, conversation: Conversation, text: str, client_id: uuid.UUI
     if existing is not None:
         return same_text_or_refuse(existing, text)
     try:
-        with transaction.atomic():
-            # Locking the conversation makes message ids follow commit order, which is the order
-            # in which the conversation is answered.
-            Conversation.objects.select_for_update().filter(pk=conversation.pk).update(
-                updated_at=timezone.now()
-            )
-            message = Message.objects.create(
-                conversation=conversation, role=Message.Role.USER, text=text, client_id=client_id
-            )
-            conversation_enqueue(conversation_id=conversation.pk)
-            transaction.on_commit(
-                lambda: publish_message_changed(
-                    conversation_id=conversation.pk, message_id=message.pk
-                )
-            )
+        return message_queue(conversation_id=conversation.pk, text=text, client_id=client_id)
     except IntegrityError:
         # A concurrent submit of the same client id won the race: return its row.
         existing = Message.objects.get(conversation=conversation, client_id=client_id)
         return same_text_or_refuse(existing, text)
+
+
+@transaction.atomic
+def message_queue(*, conversation_id: int, text: str, **fields) -> Message:
+    """Append a user message to the end of the conversation's queue and enqueue its drain."""
+    # Locking the conversation makes message ids follow commit order, which is the order in
+    # which the conversation is answered.
+    Conversation.objects.select_for_update().filter(pk=conversation_id).update(
+        updated_at=timezone.now()
+    )
+    message = Message.objects.create(
+        conversation_id=conversation_id, role=Message.Role.USER, text=text, **fields
+    )
+    conversation_enqueue(conversation_id=conversation_id)
+    transaction.on_commit(
+        lambda: publish_message_changed(conversation_id=conversation_id, message_id=message.pk)
+    )
     return message
 
 

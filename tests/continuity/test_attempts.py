@@ -14,6 +14,7 @@ from continuity.delivery.conversations import conversation_resume
 from continuity.delivery.inbox import drain_send, message_accept
 from continuity.errors import InvalidTransition
 from continuity.models import Alert, Conversation, CrashRecord, DeadLetter, Message, Run
+from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -127,13 +128,15 @@ def test_resume_clears_the_crash_count_and_processing_starts_again(conversation)
     for _ in range(2):
         crash(begin(conversation))
     Conversation.objects.filter(pk=conversation.pk).update(state="paused")
-    conversation_resume(conversation=conversation)
+    conversation_resume(conversation=conversation, by=UserFactory(is_staff=True), reason="fixed")
     conversation.refresh_from_db()
     assert conversation.state == "active"
     assert not CrashRecord.objects.filter(resolved_at=None).exists()
     assert attempt_begin(conversation_id=conversation.pk) is not None
     with pytest.raises(InvalidTransition, match="is not paused"):
-        conversation_resume(conversation=conversation)
+        conversation_resume(
+            conversation=conversation, by=UserFactory(is_staff=True), reason="fixed"
+        )
 
 
 def test_crashes_outside_the_window_do_not_count(conversation, settings):

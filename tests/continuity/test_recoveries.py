@@ -137,7 +137,9 @@ def test_a_resume_from_pause_is_told_as_such(chat):
     conversation_pause(conversation=Conversation.objects.get(pk=chat.pk), reason="3 crashes")
     drain_conversation(conversation_id=chat.pk)
     assert not Recovery.objects.exists()  # paused: nothing resumes
-    conversation_resume(conversation=Conversation.objects.get(pk=chat.pk))
+    conversation_resume(
+        conversation=Conversation.objects.get(pk=chat.pk), by=UserFactory(), reason="fixed"
+    )
     drain_conversation(conversation_id=chat.pk)
     assert Recovery.objects.get(message=message).kind == "pause"
     assert Message.objects.get(reply_to=message).text.startswith(
