@@ -316,6 +316,8 @@ CONTINUITY_SEND_RATE = os.environ.get("CONTINUITY_SEND_RATE", "10/10 seconds;60/
 CONTINUITY_NEW_CONVERSATION_RATE = os.environ.get(
     "CONTINUITY_NEW_CONVERSATION_RATE", "5/minute;60/hour"
 )
+# Bearer token that lets Prometheus read GET /metrics; empty: only signed-in staff can.
+CONTINUITY_METRICS_TOKEN = os.environ.get("CONTINUITY_METRICS_TOKEN", "")
 # Test-only fault injection. Deliberately not read from the environment: only tests/settings.py
 # turns it on, so no production deployment can enable it.
 CONTINUITY_FAULT_INJECTION = False

@@ -1,0 +1,185 @@
+"""GET /metrics: Prometheus series about messages, attempts, dead letters and workers.
+
+Every value is read from PostgreSQL at scrape time, never kept in process memory, so all web
+processes report the same numbers and they match what the database holds.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Iterator
+from datetime import timedelta
+
+from django.conf import settings
+from django.db.models import (
+    Count,
+    DateTimeField,
+    DurationField,
+    ExpressionWrapper,
+    F,
+    Min,
+    Q,
+    Sum,
+    Value,
+)
+from django.db.models.functions import Greatest, Now
+from django.http import HttpRequest, HttpResponse
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector, CollectorRegistry
+from prometheus_client.utils import floatToGoString
+
+from continuity.models import Conversation, DeadLetter, Message, Run, Worker
+
+REPLY_BUCKETS_SECONDS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+RUN_OUTCOMES = [state for state in Run.State.values if state != Run.State.RUNNING]
+
+
+def workers_live_filter() -> Q:
+    """Workers that have not said goodbye and were seen within three heartbeats, on the
+    database's clock (a host's clock may differ from the one that wrote `last_seen_at`)."""
+    window = timedelta(seconds=3 * settings.CONTINUITY_HEARTBEAT_SECONDS)
+    seen_since = ExpressionWrapper(Now() - window, output_field=DateTimeField())
+    return Q(stopped_at__isnull=True, last_seen_at__gt=seen_since)
+
+
+def message_metrics() -> Iterator[Metric]:
+    pending = Q(state__in=Message.PENDING_STATES)
+    stats = Message.objects.filter(role=Message.Role.USER).aggregate(
+        **{state: Count("pk", filter=Q(state=state)) for state in Message.State.values},
+        oldest_pending_age=ExpressionWrapper(
+            Now() - Min("created_at", filter=pending), output_field=DurationField()
+        ),
+    )
+    messages = GaugeMetricFamily(
+        "continuity_messages", "User messages by processing state.", labels=["state"]
+    )
+    for state in Message.State.values:
+        messages.add_metric([state], stats[state])
+    yield messages
+    yield GaugeMetricFamily(
+        "continuity_queue_depth",
+        "User messages waiting for a reply (queued or processing).",
+        value=sum(stats[state] for state in Message.PENDING_STATES),
+    )
+    age = stats["oldest_pending_age"]
+    yield GaugeMetricFamily(
+        "continuity_oldest_pending_message_age_seconds",
+        "Age of the oldest queued or processing user message; 0 when none waits.",
+        # created_at comes from the web host's clock: a skewed host must not make it negative.
+        value=max(age.total_seconds(), 0.0) if age else 0.0,
+    )
+
+
+def attempt_metric() -> Metric:
+    stats = Run.objects.aggregate(
+        started=Count("pk"),
+        **{state: Count("pk", filter=Q(state=state)) for state in RUN_OUTCOMES},
+    )
+    attempts = CounterMetricFamily(
+        "continuity_attempts",
+        "Processing attempts (Run rows still kept): started, and those ended in each outcome.",
+        labels=["outcome"],
+    )
+    for outcome in ["started", *RUN_OUTCOMES]:
+        attempts.add_metric([outcome], stats[outcome])
+    return attempts
+
+
+def dead_letter_metric() -> Metric:
+    stats = DeadLetter.objects.aggregate(
+        **{status: Count("pk", filter=Q(status=status)) for status in DeadLetter.Status.values}
+    )
+    dead_letters = GaugeMetricFamily(
+        "continuity_dead_letters", "Dead letters by status.", labels=["status"]
+    )
+    for status in DeadLetter.Status.values:
+        dead_letters.add_metric([status], stats[status])
+    return dead_letters
+
+
+def reply_metric() -> Metric:
+    """Bucket counts and sum in one aggregate query; no reply row is loaded into Python."""
+    # Question and reply are stamped by different hosts; skew must not give a negative time.
+    delay = Greatest(F("created_at") - F("reply_to__created_at"), Value(timedelta(0)))
+    replies = Message.objects.filter(role=Message.Role.ASSISTANT, reply_to__isnull=False)
+    stats = replies.annotate(delay=delay).aggregate(
+        **{
+            f"le_{i}": Count("pk", filter=Q(delay__lte=timedelta(seconds=bound)))
+            for i, bound in enumerate(REPLY_BUCKETS_SECONDS)
+        },
+        count=Count("pk"),
+        total=Sum("delay"),
+    )
+    buckets = [
+        (floatToGoString(bound), stats[f"le_{i}"]) for i, bound in enumerate(REPLY_BUCKETS_SECONDS)
+    ]
+    return HistogramMetricFamily(
+        "continuity_reply_seconds",
+        "Time from a user message to its stored reply.",
+        buckets=[*buckets, ("+Inf", stats["count"])],
+        sum_value=stats["total"].total_seconds() if stats["total"] else 0.0,
+    )
+
+
+class ContinuityCollector(Collector):
+    def collect(self) -> Iterator[Metric]:
+        yield from message_metrics()
+        yield attempt_metric()
+        yield dead_letter_metric()
+        yield GaugeMetricFamily(
+            "continuity_conversations_paused",
+            "Conversations paused after repeated crashes, waiting for staff.",
+            value=Conversation.objects.filter(state=Conversation.State.PAUSED).count(),
+        )
+        yield reply_metric()
+        yield GaugeMetricFamily(
+            "continuity_workers_live",
+            "Worker nodes running and seen within three heartbeat intervals.",
+            value=Worker.objects.filter(workers_live_filter()).count(),
+        )
+
+
+# Not the default registry: that one holds per-process metrics, which would differ between
+# web processes. Without describe() and auto_describe, registering runs no query.
+registry = CollectorRegistry(auto_describe=False)
+registry.register(ContinuityCollector())
+
+
+def bearer_token(request: HttpRequest) -> str:
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else ""
+
+
+def token_valid(request: HttpRequest) -> bool:
+    expected = settings.CONTINUITY_METRICS_TOKEN
+    # Bytes: compare_digest raises TypeError on a str with non-ASCII characters.
+    return bool(expected) and hmac.compare_digest(bearer_token(request).encode(), expected.encode())
+
+
+def access_refused(request: HttpRequest) -> HttpResponse | None:
+    """None for a valid bearer token or signed-in staff; otherwise the response to send."""
+    if token_valid(request) or request.user.is_staff:
+        return None
+    if request.user.is_authenticated:
+        return HttpResponse("Staff only.\n", status=403, content_type="text/plain")
+    response = HttpResponse("Authentication required.\n", status=401, content_type="text/plain")
+    response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+    if bearer_token(request):
+        response["WWW-Authenticate"] += ', error="invalid_token"'
+    return response
+
+
+@never_cache
+@require_GET
+def metrics_endpoint(request: HttpRequest) -> HttpResponse:
+    if refused := access_refused(request):
+        return refused
+    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
