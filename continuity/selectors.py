@@ -40,7 +40,9 @@ def conversations_of(owner) -> QuerySet[Conversation]:
 def exchanges_of(
     conversation: Conversation, *, message_ids: Iterable[int] | None = None
 ) -> list[Exchange]:
-    messages = conversation.messages.filter(role=Message.Role.USER).select_related("reply")
+    messages = conversation.messages.filter(role=Message.Role.USER).select_related(
+        "reply", "dead_letter__retried_as", "reasked_from"
+    )
     if message_ids is not None:
         messages = messages.filter(pk__in=list(message_ids))
     messages = list(messages.order_by("id"))

@@ -13,7 +13,6 @@ from datetime import timedelta
 from django.conf import settings
 from django.db.models import (
     Count,
-    DateTimeField,
     DurationField,
     ExpressionWrapper,
     F,
@@ -38,16 +37,10 @@ from prometheus_client.utils import floatToGoString
 
 from continuity.models import Conversation, DeadLetter, Message, Run, Worker
 
+from .selectors import workers_live
+
 REPLY_BUCKETS_SECONDS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 RUN_OUTCOMES = [state for state in Run.State.values if state != Run.State.RUNNING]
-
-
-def workers_live_filter() -> Q:
-    """Workers that have not said goodbye and were seen within three heartbeats, on the
-    database's clock (a host's clock may differ from the one that wrote `last_seen_at`)."""
-    window = timedelta(seconds=3 * settings.CONTINUITY_HEARTBEAT_SECONDS)
-    seen_since = ExpressionWrapper(Now() - window, output_field=DateTimeField())
-    return Q(stopped_at__isnull=True, last_seen_at__gt=seen_since)
 
 
 def message_metrics() -> Iterator[Metric]:
@@ -143,7 +136,7 @@ class ContinuityCollector(Collector):
         yield GaugeMetricFamily(
             "continuity_workers_live",
             "Worker nodes running and seen within three heartbeat intervals.",
-            value=Worker.objects.filter(workers_live_filter()).count(),
+            value=Worker.objects.filter(workers_live()).count(),
         )
 
 

@@ -1,6 +1,36 @@
 from django.urls import path
 
-from . import views
+from . import dead_letter_views, views
 
 app_name = "dashboard"
-urlpatterns = [path("", views.index, name="index")]
+urlpatterns = [
+    path("", views.index, name="index"),
+    path("dead-letters/", dead_letter_views.dead_letter_list, name="dead_letters"),
+    path("dead-letters/bulk/", dead_letter_views.dead_letter_bulk, name="dead_letters_bulk"),
+    path("dead-letters/<int:pk>/", dead_letter_views.dead_letter_detail, name="dead_letter"),
+    path(
+        "dead-letters/<int:pk>/retry/",
+        dead_letter_views.dead_letter_retry_view,
+        name="dead_letter_retry",
+    ),
+    path(
+        "dead-letters/<int:pk>/edit/",
+        dead_letter_views.dead_letter_edit_view,
+        name="dead_letter_edit",
+    ),
+    path(
+        "dead-letters/<int:pk>/discard/",
+        dead_letter_views.dead_letter_discard_view,
+        name="dead_letter_discard",
+    ),
+    path("crashes/", views.crashes, name="crashes"),
+    path("paused/", views.paused, name="paused"),
+    path("conversations/<int:pk>/", views.conversation_detail, name="conversation"),
+    path(
+        "conversations/<int:pk>/resume/",
+        views.conversation_resume_view,
+        name="conversation_resume",
+    ),
+    path("alerts/", views.alerts, name="alerts"),
+    path("alerts/<int:pk>/acknowledge/", views.alert_acknowledge_view, name="alert_acknowledge"),
+]

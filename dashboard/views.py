@@ -1,28 +1,168 @@
+"""The staff console's overview, crash history, paused conversations and alerts."""
+
 from __future__ import annotations
 
+from datetime import timedelta
+
+from django.conf import settings
+from django.contrib import messages
+from django.core.paginator import Paginator
+from django.db.models import Count, Max, Q
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_GET, require_POST
 
-from continuity.models import Conversation
-from continuity.selectors import message_counts_by_state
+from continuity.delivery.conversations import alert_acknowledge, conversation_resume
+from continuity.errors import InvalidTransition
+from continuity.models import Alert, Conversation, CrashRecord, StaffAction
 
+from . import selectors
+from .charts import timeline_chart
 from .decorators import staff_required
+from .forms import OptionalReasonForm, ReasonForm
+
+PAGE_SIZE = 50
 
 
 @never_cache
 @require_GET
 @staff_required
 def index(request: HttpRequest) -> HttpResponse:
+    """Live state at a glance; htmx polls the overview partial, a reload renders it whole."""
+    template = "dashboard/index.html#overview" if request.htmx else "dashboard/index.html"
     return render(
         request,
-        "dashboard/index.html",
+        template,
         {
-            "conversations_total": Conversation.objects.count(),
-            "conversations_paused": Conversation.objects.filter(
-                state=Conversation.State.PAUSED
-            ).count(),
-            "message_counts": message_counts_by_state(),
+            "workers": selectors.workers_overview(),
+            "running": selectors.running_attempts(),
+            "queue": selectors.queue_figures(),
+            "replies": selectors.reply_figures(),
+            "absorbed": selectors.absorbed_figures(),
+            "open": selectors.open_figures(),
+            "chart": timeline_chart(selectors.crash_timeline()),
+            "alerts_configured": bool(settings.ADMINS),
+            "heartbeat_seconds": settings.CONTINUITY_HEARTBEAT_SECONDS,
         },
     )
+
+
+@never_cache
+@require_GET
+@staff_required
+def crashes(request: HttpRequest) -> HttpResponse:
+    hours = 24 * 7 if request.GET.get("period") == "week" else 24
+    found = CrashRecord.objects.filter(
+        detected_at__gte=selectors.db_now() - timedelta(hours=hours)
+    ).select_related("conversation", "message", "run")
+    return render(
+        request,
+        "dashboard/crashes.html",
+        {
+            "hours": hours,
+            "chart": timeline_chart(selectors.crash_timeline(hours=hours)),
+            "page": Paginator(found, PAGE_SIZE).get_page(request.GET.get("page")),
+        },
+    )
+
+
+@never_cache
+@require_GET
+@staff_required
+def paused(request: HttpRequest) -> HttpResponse:
+    conversations = (
+        Conversation.objects.filter(state=Conversation.State.PAUSED)
+        .select_related("owner")
+        .annotate(
+            open_crashes=Count("crashes", filter=Q(crashes__resolved_at=None), distinct=True),
+            last_crash=Max("crashes__detected_at"),
+            paused_at=Max("alerts__created_at"),
+        )
+        .order_by("-paused_at", "-id")
+    )
+    return render(
+        request,
+        "dashboard/paused.html",
+        {"page": Paginator(conversations, PAGE_SIZE).get_page(request.GET.get("page"))},
+    )
+
+
+def conversation_page(request, conversation, *, resume_form=None, status=200) -> HttpResponse:
+    return render(
+        request,
+        "dashboard/conversation.html",
+        {
+            "conversation": conversation,
+            "chart": timeline_chart(
+                selectors.crash_timeline(hours=24 * 7, crashes=conversation.crashes.all())
+            ),
+            "crashes": conversation.crashes.select_related("message", "run")[:200],
+            "alerts": conversation.alerts.all()[:50],
+            "dead_letters": conversation.dead_letters.all()[:50],
+            "actions": StaffAction.objects.filter(conversation=conversation)[:100],
+            "resume_form": resume_form or ReasonForm(),
+        },
+        status=status,
+    )
+
+
+@never_cache
+@require_GET
+@staff_required
+def conversation_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    conversation = get_object_or_404(Conversation.objects.select_related("owner"), pk=pk)
+    return conversation_page(request, conversation)
+
+
+@require_POST
+@staff_required
+def conversation_resume_view(request: HttpRequest, pk: int) -> HttpResponse:
+    conversation = get_object_or_404(Conversation, pk=pk)
+    form = ReasonForm(request.POST)
+    if not form.is_valid():
+        return conversation_page(request, conversation, resume_form=form, status=422)
+    try:
+        conversation_resume(
+            conversation=conversation, by=request.user, reason=form.cleaned_data["reason"]
+        )
+        messages.success(request, f"{conversation} resumed: its queued messages are answered now.")
+    except InvalidTransition as error:
+        messages.warning(request, str(error))
+    return redirect("dashboard:conversation", pk)
+
+
+@never_cache
+@require_GET
+@staff_required
+def alerts(request: HttpRequest) -> HttpResponse:
+    show = request.GET.get("show", "open")
+    found = Alert.objects.select_related("conversation", "acknowledged_by")
+    if show == "open":
+        found = found.filter(acknowledged_at=None)
+    elif show == "acknowledged":
+        found = found.exclude(acknowledged_at=None)
+    return render(
+        request,
+        "dashboard/alerts.html",
+        {
+            "show": show,
+            "page": Paginator(found, PAGE_SIZE).get_page(request.GET.get("page")),
+            "form": OptionalReasonForm(),
+            "alerts_configured": bool(settings.ADMINS),
+        },
+    )
+
+
+@require_POST
+@staff_required
+def alert_acknowledge_view(request: HttpRequest, pk: int) -> HttpResponse:
+    alert = get_object_or_404(Alert, pk=pk)
+    form = OptionalReasonForm(request.POST)
+    reason = form.cleaned_data["reason"] if form.is_valid() else ""
+    try:
+        alert_acknowledge(alert=alert, by=request.user, reason=reason)
+        messages.success(request, f"Alert {alert.pk} acknowledged.")
+    except InvalidTransition as error:
+        messages.warning(request, str(error))
+    return redirect("dashboard:alerts")

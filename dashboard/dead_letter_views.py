@@ -1,0 +1,275 @@
+"""Dead letters: find them, read every attempt, and retry, edit and retry, or discard them."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.core.paginator import Paginator
+from django.db.models import Q, QuerySet
+from django.http import HttpRequest, HttpResponse, QueryDict
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET, require_POST
+
+from continuity.context.assembly import run_context_text
+from continuity.delivery.dead_letters import (
+    dead_letter_discard,
+    dead_letter_retry,
+    dead_letters_discard,
+    dead_letters_retry,
+)
+from continuity.errors import InvalidMessage, InvalidTransition
+from continuity.models import Conversation, DeadLetter, Message, RunContext, StaffAction
+
+from .decorators import staff_required
+from .forms import BulkForm, DeadLetterFilterForm, EditAndRetryForm, OptionalReasonForm, ReasonForm
+
+PAGE_SIZE = 25
+AROUND = 3  # exchanges shown before and after the dead message
+
+
+def filter_form(data: QueryDict) -> DeadLetterFilterForm:
+    classes = (
+        DeadLetter.objects.exclude(error_class="")
+        .order_by("error_class")
+        .values_list("error_class", flat=True)
+        .distinct()
+    )
+    return DeadLetterFilterForm(data, error_classes=list(classes))
+
+
+def dead_letters_matching(form: DeadLetterFilterForm) -> QuerySet[DeadLetter]:
+    found = DeadLetter.objects.select_related("owner", "conversation", "message")
+    if not form.is_valid():
+        return found.none()
+    data = form.cleaned_data
+    if query := data["q"].strip():
+        match = (
+            Q(owner__username__icontains=query)
+            | Q(conversation__title__icontains=query)
+            | Q(message__text__icontains=query)
+            | Q(reason__icontains=query)
+            | Q(error_class__icontains=query)
+        )
+        if query.isdigit():
+            match |= Q(conversation_id=int(query)) | Q(message_id=int(query))
+        found = found.filter(match)
+    if data["status"]:
+        found = found.filter(status=data["status"])
+    if data["error_class"]:
+        found = found.filter(error_class=data["error_class"])
+    if data["since"]:
+        found = found.filter(created_at__date__gte=data["since"])
+    if data["until"]:
+        found = found.filter(created_at__date__lte=data["until"])
+    return found.order_by("-created_at", "-id")
+
+
+@never_cache
+@require_GET
+@staff_required
+def dead_letter_list(request: HttpRequest) -> HttpResponse:
+    form = filter_form(request.GET)
+    found = dead_letters_matching(form)
+    page = Paginator(found, PAGE_SIZE).get_page(request.GET.get("page"))
+    filters = request.GET.copy()
+    filters.pop("page", None)
+    return render(
+        request,
+        "dashboard/dead_letters.html",
+        {
+            "form": form,
+            "page": page,
+            "filters": filters.urlencode(),
+            "matching_pending": found.filter(status=DeadLetter.Status.PENDING).count(),
+        },
+    )
+
+
+def exchanges_around(message: Message) -> list[Message]:
+    """The user messages just before and after this one, with their replies."""
+    asked = Message.objects.filter(
+        conversation_id=message.conversation_id, role=Message.Role.USER
+    ).select_related("reply")
+    before = list(asked.filter(pk__lt=message.pk).order_by("-pk")[:AROUND])[::-1]
+    after = list(asked.filter(pk__gt=message.pk).order_by("pk")[:AROUND])
+    return [*before, message, *after]
+
+
+def attempts_of(dead_letter: DeadLetter) -> list[dict]:
+    """Every attempt with the context it was given; from the stored runs while retention keeps
+    them, else from the snapshot taken when the message was dead-lettered."""
+    runs = list(dead_letter.message.runs.order_by("id"))
+    if not runs:
+        return [{**attempt, "snapshot": True} for attempt in dead_letter.attempts]
+    contexts = {c.run_id: c for c in RunContext.objects.filter(run__in=runs)}
+    return [
+        {
+            "attempt": run.attempt,
+            "run": run,
+            "state": run.get_state_display(),
+            "worker": run.worker or run.node,
+            "started_at": run.started_at,
+            "ended_at": run.ended_at,
+            "duration": run.ended_at - run.started_at if run.ended_at else None,
+            "error": run.error,
+            "traceback": run.traceback,
+            "context": run_context_text(contexts[run.pk]) if run.pk in contexts else "",
+        }
+        for run in runs
+    ]
+
+
+def detail_page(request, dead_letter, *, forms=None, status=200) -> HttpResponse:
+    message = dead_letter.message
+    forms = {
+        "retry_form": OptionalReasonForm(),
+        "edit_form": EditAndRetryForm(initial={"text": message.text}),
+        "discard_form": ReasonForm(),
+        **(forms or {}),
+    }
+    return render(
+        request,
+        "dashboard/dead_letter.html",
+        {
+            "dead_letter": dead_letter,
+            "message": message,
+            "around": exchanges_around(message),
+            "attempts": attempts_of(dead_letter),
+            "actions": StaffAction.objects.filter(dead_letter=dead_letter),
+            "paused": dead_letter.conversation.state == Conversation.State.PAUSED,
+            **forms,
+        },
+        status=status,
+    )
+
+
+def dead_letter_of(pk: int) -> DeadLetter:
+    return get_object_or_404(
+        DeadLetter.objects.select_related(
+            "message", "conversation", "owner", "retried_as__reply", "resolved_by"
+        ),
+        pk=pk,
+    )
+
+
+@never_cache
+@require_GET
+@staff_required
+def dead_letter_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    return detail_page(request, dead_letter_of(pk))
+
+
+def retried_message(request, dead_letter, reask: Message) -> None:
+    waiting = (
+        " The conversation is paused: it is answered once staff resume it."
+        if dead_letter.conversation.state == Conversation.State.PAUSED
+        else " The user sees it being answered."
+    )
+    messages.success(
+        request, f"Asked again as message {reask.pk}, at the end of the conversation.{waiting}"
+    )
+
+
+@require_POST
+@staff_required
+def dead_letter_retry_view(request: HttpRequest, pk: int) -> HttpResponse:
+    dead_letter = dead_letter_of(pk)
+    form = OptionalReasonForm(request.POST)
+    if not form.is_valid():
+        return detail_page(request, dead_letter, forms={"retry_form": form}, status=422)
+    try:
+        reask = dead_letter_retry(
+            dead_letter=dead_letter, by=request.user, reason=form.cleaned_data["reason"]
+        )
+        retried_message(request, dead_letter, reask)
+    except InvalidTransition as error:
+        messages.warning(request, str(error))
+    return redirect("dashboard:dead_letter", pk)
+
+
+@require_POST
+@staff_required
+def dead_letter_edit_view(request: HttpRequest, pk: int) -> HttpResponse:
+    dead_letter = dead_letter_of(pk)
+    form = EditAndRetryForm(request.POST)
+    if form.is_valid():
+        try:
+            reask = dead_letter_retry(
+                dead_letter=dead_letter,
+                by=request.user,
+                reason=form.cleaned_data["reason"],
+                text=form.cleaned_data["text"],
+            )
+            retried_message(request, dead_letter, reask)
+            return redirect("dashboard:dead_letter", pk)
+        except InvalidMessage as error:
+            form.add_error("text", str(error))
+        except InvalidTransition as error:
+            messages.warning(request, str(error))
+            return redirect("dashboard:dead_letter", pk)
+    return detail_page(request, dead_letter, forms={"edit_form": form}, status=422)
+
+
+@require_POST
+@staff_required
+def dead_letter_discard_view(request: HttpRequest, pk: int) -> HttpResponse:
+    dead_letter = dead_letter_of(pk)
+    form = ReasonForm(request.POST)
+    if not form.is_valid():
+        return detail_page(request, dead_letter, forms={"discard_form": form}, status=422)
+    try:
+        dead_letter_discard(
+            dead_letter=dead_letter, by=request.user, reason=form.cleaned_data["reason"]
+        )
+        messages.success(request, "Discarded. The user sees that this message was discarded.")
+    except InvalidTransition as error:
+        messages.warning(request, str(error))
+    return redirect("dashboard:dead_letter", pk)
+
+
+def bulk_selection(request: HttpRequest, form: BulkForm) -> QuerySet[DeadLetter]:
+    """The pending dead letters the staff member picked: ticked ids, or a whole filter."""
+    if form.cleaned_data["scope"] == "matching":
+        found = dead_letters_matching(filter_form(QueryDict(form.cleaned_data["query"])))
+    else:
+        ids = [int(i) for i in request.POST.getlist("ids") if i.isdigit()]
+        found = DeadLetter.objects.filter(pk__in=ids)
+    return found.filter(status=DeadLetter.Status.PENDING).select_related("owner", "message")
+
+
+@require_POST
+@staff_required
+def dead_letter_bulk(request: HttpRequest) -> HttpResponse:
+    """First post: a confirmation page naming how many. Second post (confirmed): the action,
+    on exactly the dead letters listed on that page that are still pending."""
+    form = BulkForm(request.POST)
+    if not form.is_valid():
+        messages.warning(request, "Choose retry or discard.")
+        return redirect("dashboard:dead_letters")
+    selection = list(bulk_selection(request, form))
+    action, reason = form.cleaned_data["action"], form.cleaned_data["reason"]
+    needs_reason = action == "discard" and not reason.strip()
+    if form.cleaned_data["confirmed"] and selection and not needs_reason:
+        act = dead_letters_retry if action == "retry" else dead_letters_discard
+        done, problems = act(dead_letters=selection, by=request.user, reason=reason)
+        verb = (
+            "retried: each is asked again at the end of its conversation"
+            if action == "retry"
+            else "discarded"
+        )
+        messages.success(request, f"{done} dead letter(s) {verb}.")
+        for problem in problems:
+            messages.warning(request, problem)
+        return redirect(f"{reverse('dashboard:dead_letters')}?status=pending")
+    return render(
+        request,
+        "dashboard/bulk_confirm.html",
+        {
+            "action": action,
+            "selection": selection,
+            "reason": reason,
+            "reason_missing": form.cleaned_data["confirmed"] and needs_reason,
+        },
+        status=422 if form.cleaned_data["confirmed"] else 200,
+    )

@@ -1,0 +1,181 @@
+"""Read models of the staff console: live state, queue figures and crash history."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import redis
+from django.db import connection
+from django.db.models import (
+    Case,
+    CharField,
+    Count,
+    DurationField,
+    ExpressionWrapper,
+    F,
+    Min,
+    Q,
+    QuerySet,
+    Value,
+    When,
+)
+from django.db.models.functions import Now, TruncHour
+from django.utils import timezone
+
+from continuity.delivery.heartbeats import redis_client, stale_before
+from continuity.models import (
+    Alert,
+    Conversation,
+    CrashRecord,
+    DeadLetter,
+    Message,
+    Recovery,
+    Run,
+    Worker,
+)
+
+BROKER_QUEUE = "celery"
+
+
+def workers_live() -> Q:
+    """A node is live while it heartbeats: the same staleness rule the watchdog applies to runs."""
+    return Q(stopped_at__isnull=True, last_seen_at__gte=stale_before())
+
+
+def workers_overview() -> QuerySet[Worker]:
+    return Worker.objects.annotate(
+        status=Case(
+            When(stopped_at__isnull=False, then=Value("stopped")),
+            When(workers_live(), then=Value("live")),
+            default=Value("stale"),
+            output_field=CharField(),
+        ),
+        seen_ago=age_of("last_seen_at"),
+    ).order_by("stopped_at", "name")
+
+
+def age_of(field: str) -> ExpressionWrapper:
+    """How long ago, on the database's clock: the one clock every host agrees on."""
+    return ExpressionWrapper(Now() - F(field), output_field=DurationField())
+
+
+def running_attempts() -> QuerySet[Run]:
+    return (
+        Run.objects.filter(state=Run.State.RUNNING)
+        .select_related("message", "conversation")
+        .annotate(heartbeat_age=age_of("heartbeat_at"), running_for=age_of("started_at"))
+        .order_by("started_at")
+    )
+
+
+def pending_messages() -> QuerySet[Message]:
+    return Message.objects.filter(role=Message.Role.USER, state__in=Message.PENDING_STATES)
+
+
+@dataclass(frozen=True)
+class QueueFigures:
+    pending: int
+    oldest_pending_age: timedelta | None
+    broker_queued: int | None  # None when Redis does not answer
+
+
+def queue_figures() -> QueueFigures:
+    figures = pending_messages().aggregate(pending=Count("pk"), oldest=Min("created_at"))
+    oldest = figures["oldest"]
+    return QueueFigures(
+        pending=figures["pending"],
+        oldest_pending_age=db_now() - oldest if oldest else None,
+        broker_queued=broker_queue_length(),
+    )
+
+
+def db_now() -> datetime:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT now()")
+        return cursor.fetchone()[0]
+
+
+def broker_queue_length() -> int | None:
+    try:
+        return int(redis_client().llen(BROKER_QUEUE))
+    except redis.RedisError:
+        return None
+
+
+@dataclass(frozen=True)
+class ReplyFigures:
+    answered: int
+    p50: timedelta | None
+    p95: timedelta | None
+
+
+REPLY_TIMES = """
+    SELECT count(*),
+           percentile_cont(0.5) WITHIN GROUP (ORDER BY reply.created_at - asked.created_at),
+           percentile_cont(0.95) WITHIN GROUP (ORDER BY reply.created_at - asked.created_at)
+    FROM continuity_message reply
+    JOIN continuity_message asked ON asked.id = reply.reply_to_id
+    WHERE reply.created_at >= now() - %s
+"""
+
+
+def reply_figures(*, within: timedelta = timedelta(hours=1)) -> ReplyFigures:
+    """Messages answered within the period, and the time from accept to reply."""
+    with connection.cursor() as cursor:
+        cursor.execute(REPLY_TIMES, [within])
+        answered, p50, p95 = cursor.fetchone()
+    return ReplyFigures(answered=answered, p50=p50, p95=p95)
+
+
+@dataclass(frozen=True)
+class AbsorbedFigures:
+    retried_attempts: int  # attempts after the first: each one a failure the user did not see
+    recoveries: int  # interrupted work resumed from checkpoints (crash, restart, outage)
+
+
+def absorbed_figures(*, within: timedelta = timedelta(hours=24)) -> AbsorbedFigures:
+    since = timezone.now() - within
+    return AbsorbedFigures(
+        retried_attempts=Run.objects.filter(started_at__gte=since, attempt__gt=1).count(),
+        recoveries=Recovery.objects.filter(resumed_at__gte=since).count(),
+    )
+
+
+@dataclass(frozen=True)
+class OpenFigures:
+    dead_letters: int
+    paused_conversations: int
+    alerts: int
+
+
+def open_figures() -> OpenFigures:
+    return OpenFigures(
+        dead_letters=DeadLetter.objects.filter(status=DeadLetter.Status.PENDING).count(),
+        paused_conversations=Conversation.objects.filter(state=Conversation.State.PAUSED).count(),
+        alerts=Alert.objects.filter(acknowledged_at=None).count(),
+    )
+
+
+@dataclass(frozen=True)
+class TimelineBar:
+    start: datetime
+    crashes: int
+
+
+def crash_timeline(*, hours: int = 24, crashes: QuerySet[CrashRecord] | None = None):
+    """Crashes per hour over the last `hours`, oldest first, empty hours included."""
+    now = timezone.now().astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+    first = now - timedelta(hours=hours - 1)
+    crashes = CrashRecord.objects.all() if crashes is None else crashes
+    counts = dict(
+        crashes.filter(detected_at__gte=first)
+        .annotate(hour=TruncHour("detected_at", tzinfo=UTC))
+        .values_list("hour")
+        .annotate(n=Count("pk"))
+        .values_list("hour", "n")
+    )
+    return [
+        TimelineBar(start=hour, crashes=counts.get(hour, 0))
+        for hour in (first + timedelta(hours=i) for i in range(hours))
+    ]

@@ -1,0 +1,102 @@
+"""Every console page and action, for each kind of visitor: anonymous, ordinary user, staff."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from continuity.models import Alert, Conversation, DeadLetter, StaffAction
+from tests.dashboard.console import dead_letter_make
+from tests.factories import ConversationFactory, UserFactory
+
+pytestmark = pytest.mark.django_db
+
+PAGES = [
+    ("dashboard:index", None),
+    ("dashboard:dead_letters", None),
+    ("dashboard:dead_letter", "dead_letter"),
+    ("dashboard:crashes", None),
+    ("dashboard:paused", None),
+    ("dashboard:conversation", "conversation"),
+    ("dashboard:alerts", None),
+]
+ACTIONS = [
+    ("dashboard:dead_letter_retry", "dead_letter", {"reason": "fixed"}),
+    ("dashboard:dead_letter_edit", "dead_letter", {"text": "Please summarize", "reason": "typo"}),
+    ("dashboard:dead_letter_discard", "dead_letter", {"reason": "spam"}),
+    ("dashboard:dead_letters_bulk", None, {"action": "retry", "confirmed": "on"}),
+    ("dashboard:conversation_resume", "conversation", {"reason": "fixed"}),
+    ("dashboard:alert_acknowledge", "alert", {"reason": "seen"}),
+]
+
+
+@pytest.fixture
+def world():
+    conversation = ConversationFactory()
+    dead_letter = dead_letter_make(conversation)
+    Conversation.objects.filter(pk=conversation.pk).update(state="paused")
+    alert = Alert.objects.create(kind="conversation_paused", conversation=conversation, text="x")
+    return {"conversation": conversation, "dead_letter": dead_letter, "alert": alert}
+
+
+def url_of(name, target, world):
+    return reverse(name, args=[world[target].pk]) if target else reverse(name)
+
+
+def client_of(who) -> Client:
+    client = Client()
+    if who != "anonymous":
+        client.force_login(UserFactory(is_staff=who == "staff"))
+    return client
+
+
+def nothing_changed(world) -> bool:
+    return (
+        not StaffAction.objects.exists()
+        and DeadLetter.objects.get().status == "pending"
+        and Conversation.objects.get().state == "paused"
+        and Alert.objects.get().acknowledged_at is None
+    )
+
+
+@pytest.mark.parametrize(("name", "target"), PAGES)
+def test_pages_are_for_staff_only(world, name, target):
+    url = url_of(name, target, world)
+    anonymous = client_of("anonymous").get(url)
+    assert anonymous.status_code == 302 and anonymous["Location"].startswith(reverse("login"))
+    refused = client_of("user").get(url)
+    assert refused.status_code == 403
+    assert b"data-forbidden" in refused.content and b"staff console is for staff" in refused.content
+    assert client_of("staff").get(url).status_code == 200
+
+
+@pytest.mark.parametrize(("name", "target", "data"), ACTIONS)
+def test_actions_are_for_staff_only_and_only_by_post(world, name, target, data):
+    url = url_of(name, target, world)
+    if name == "dashboard:dead_letters_bulk":
+        data = {**data, "ids": [world["dead_letter"].pk]}
+    anonymous = client_of("anonymous").post(url, data)
+    assert anonymous.status_code == 302 and anonymous["Location"].startswith(reverse("login"))
+    assert client_of("user").post(url, data).status_code == 403
+    staff = client_of("staff")
+    assert staff.get(url, data).status_code == 405
+    assert nothing_changed(world)
+    assert staff.post(url, data).status_code == 302
+    assert StaffAction.objects.count() == 1
+
+
+@pytest.mark.parametrize(("name", "target", "data"), ACTIONS)
+def test_actions_refuse_a_post_without_the_csrf_token(world, name, target, data):
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(UserFactory(is_staff=True))
+    assert client.post(url_of(name, target, world), data).status_code == 403
+    assert nothing_changed(world)
+
+
+def test_unknown_ids_are_404_for_staff(world):
+    staff = client_of("staff")
+    assert staff.get(reverse("dashboard:dead_letter", args=[999_999])).status_code == 404
+    assert staff.post(reverse("dashboard:dead_letter_retry", args=[999_999])).status_code == 404
+    assert staff.get(reverse("dashboard:conversation", args=[999_999])).status_code == 404
+    assert staff.post(reverse("dashboard:alert_acknowledge", args=[999_999])).status_code == 404
