@@ -10,7 +10,9 @@ STAMP := $(VENV)/.installed
 run: $(STAMP)
 	DEBUG=$${DEBUG:-1} $(BIN)/python manage.py serve $(if $(PORT),--port $(PORT))
 
-test: $(STAMP)
+AXE := tests/browser/node_modules/axe-core/axe.min.js
+
+test: $(STAMP) $(AXE)
 	scripts/ensure-test-services
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -33,5 +35,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# axe-core, the accessibility checker the browser tests run on each page, from the npm registry.
+$(AXE): tests/browser/package.json tests/browser/package-lock.json
+	npm ci --prefix tests/browser --no-audit --no-fund --loglevel=error
+	touch $(AXE)
+
 clean:
-	rm -rf $(VENV) var
+	rm -rf $(VENV) var tests/browser/node_modules

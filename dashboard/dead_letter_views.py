@@ -8,6 +8,7 @@ from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils.dateparse import parse_datetime
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
@@ -101,7 +102,15 @@ def attempts_of(dead_letter: DeadLetter) -> list[dict]:
     them, else from the snapshot taken when the message was dead-lettered."""
     runs = list(dead_letter.message.runs.order_by("id"))
     if not runs:
-        return [{**attempt, "snapshot": True} for attempt in dead_letter.attempts]
+        return [
+            {
+                **attempt,
+                "snapshot": True,
+                "started_at": parse_datetime(attempt.get("started_at") or ""),
+                "ended_at": parse_datetime(attempt.get("ended_at") or ""),
+            }
+            for attempt in dead_letter.attempts
+        ]
     contexts = {c.run_id: c for c in RunContext.objects.filter(run__in=runs)}
     return [
         {
@@ -123,9 +132,9 @@ def attempts_of(dead_letter: DeadLetter) -> list[dict]:
 def detail_page(request, dead_letter, *, forms=None, status=200) -> HttpResponse:
     message = dead_letter.message
     forms = {
-        "retry_form": OptionalReasonForm(),
-        "edit_form": EditAndRetryForm(initial={"text": message.text}),
-        "discard_form": ReasonForm(),
+        "retry_form": OptionalReasonForm(auto_id="retry-%s"),
+        "edit_form": EditAndRetryForm(initial={"text": message.text}, auto_id="edit-%s"),
+        "discard_form": ReasonForm(auto_id="discard-%s"),
         **(forms or {}),
     }
     return render(
@@ -175,7 +184,7 @@ def retried_message(request, dead_letter, reask: Message) -> None:
 @staff_required
 def dead_letter_retry_view(request: HttpRequest, pk: int) -> HttpResponse:
     dead_letter = dead_letter_of(pk)
-    form = OptionalReasonForm(request.POST)
+    form = OptionalReasonForm(request.POST, auto_id="retry-%s")
     if not form.is_valid():
         return detail_page(request, dead_letter, forms={"retry_form": form}, status=422)
     try:
@@ -192,7 +201,7 @@ def dead_letter_retry_view(request: HttpRequest, pk: int) -> HttpResponse:
 @staff_required
 def dead_letter_edit_view(request: HttpRequest, pk: int) -> HttpResponse:
     dead_letter = dead_letter_of(pk)
-    form = EditAndRetryForm(request.POST)
+    form = EditAndRetryForm(request.POST, auto_id="edit-%s")
     if form.is_valid():
         try:
             reask = dead_letter_retry(
@@ -215,7 +224,7 @@ def dead_letter_edit_view(request: HttpRequest, pk: int) -> HttpResponse:
 @staff_required
 def dead_letter_discard_view(request: HttpRequest, pk: int) -> HttpResponse:
     dead_letter = dead_letter_of(pk)
-    form = ReasonForm(request.POST)
+    form = ReasonForm(request.POST, auto_id="discard-%s")
     if not form.is_valid():
         return detail_page(request, dead_letter, forms={"discard_form": form}, status=422)
     try:

@@ -288,3 +288,11 @@ def test_the_detail_shows_the_context_each_attempt_was_given(staff, monkeypatch)
         in html
     )
     assert "My name is Ada" in html.split("Context this attempt was given")[1]
+
+
+def test_attempts_pruned_by_retention_are_shown_from_the_snapshot(staff):
+    dead_letter = dead_letter_make(ConversationFactory())
+    Run.objects.all().delete()
+    html = staff.get(reverse("dashboard:dead_letter", args=[dead_letter.pk])).content.decode()
+    assert 'data-attempt="1"' in html and "ValueError: the brain tripped" in html
+    assert re.search(r"<dt>Started</dt><dd>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d</dd>", html)

@@ -1,0 +1,175 @@
+"""Staff in the console, a user on their conversation: both in headless Chromium, against the
+whole stack (daphne, real Celery workers, the watchdog, PostgreSQL, Redis)."""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+import pytest
+from playwright.sync_api import Browser, Page, expect
+
+from continuity.delivery.inbox import message_accept
+from continuity.models import DeadLetter, Message, Run, StaffAction
+from tests.browser.helpers import accessibility_violations, log_in
+from tests.factories import ConversationFactory, UserFactory
+from tests.processes import ARTIFACTS, WatchdogProcess, WebProcess, WorkerProcess
+from tests.waiting import wait_for
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+FAULTY = {"CONTINUITY_BRAIN": "faulty", "CONTINUITY_BUILTIN_TOKEN_DELAY": "0.01"}
+POISON = "[[invalid]]"  # the faulty brain's PermanentError: dead-lettered at the first attempt
+
+
+def page_of(browser: Browser, site: WebProcess, username: str, **user) -> Page:
+    UserFactory(username=username, **user)
+    page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+    log_in(page, site, username)
+    return page
+
+
+def screenshot(page: Page, name: str) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=ARTIFACTS / name, full_page=True)
+
+
+def assert_accessible(page: Page) -> None:
+    assert accessibility_violations(page) == [], page.url
+
+
+def dead_letter_of(message_text: str) -> DeadLetter:
+    return wait_for(
+        lambda: DeadLetter.objects.filter(message__text=message_text).first(),
+        timeout=30,
+        what=f"a dead letter for {message_text!r}",
+    )
+
+
+def test_staff_edit_and_retry_a_poison_message_and_its_user_sees_one_reply(browser, processes):
+    processes.add(WorkerProcess(**FAULTY))
+    processes.add(WatchdogProcess())
+    site = processes.add(WebProcess())
+    user = page_of(browser, site, "ann")
+    staff = page_of(browser, site, "opal", is_staff=True)
+
+    poison = f"{POISON} My name is Ada"
+    user.get_by_label("Message").fill(poison)
+    user.keyboard.press("Enter")
+    expect(user.locator('[data-outcome="pending"]')).to_contain_text(
+        "set aside for staff to review"  # ADMINS is empty in the tests: nobody was mailed
+    )
+    dead_letter = dead_letter_of(poison)
+
+    staff.goto(f"{site.url}/dashboard/")
+    expect(staff.locator('[data-tile="dead-letters"] .n')).to_have_text("1")
+    screenshot(staff, "console-overview.png")
+    assert_accessible(staff)
+    staff.locator('[data-tile="dead-letters"]').click()
+    staff.locator(f'[data-dead-letter="{dead_letter.pk}"]').get_by_role(
+        "link", name=re.compile("My name is Ada")
+    ).last.click()
+    expect(staff.locator("[data-message-text]")).to_have_text(poison)
+    expect(staff.locator('[data-attempt="1"]')).to_contain_text("PermanentError")
+    screenshot(staff, "console-dead-letter.png")
+    assert_accessible(staff)
+    staff.get_by_label("Corrected message").fill("My name is Ada")
+    staff.locator('[data-action="edit"]').get_by_label("Reason (optional)").fill("marker removed")
+    staff.get_by_role("button", name="Edit and retry").click()
+    expect(staff.locator(".flash")).to_contain_text("Asked again as message")
+    expect(staff.locator('[data-audit="edit_and_retry"]')).to_contain_text("marker removed")
+    screenshot(staff, "console-dead-letter-retried.png")
+    assert_accessible(staff)
+
+    # The user's open page follows without a reload: the notice changes, the re-ask is answered.
+    expect(user.locator('[data-outcome="retried"]')).to_contain_text(
+        "Staff sent this message again, corrected"
+    )
+    expect(user.locator("[data-reasked-from]")).to_contain_text("Edited by staff and sent again")
+    expect(user.locator(".bubble.assistant")).to_have_count(1)
+    expect(user.locator(".bubble.assistant")).to_contain_text("Nice to meet you, Ada")
+    assert_accessible(user)
+    user.reload()
+    expect(user.locator(".bubble.assistant")).to_have_count(1)
+
+    replies = Message.objects.filter(conversation=dead_letter.conversation, role="assistant")
+    assert [reply.reply_to.text for reply in replies] == ["My name is Ada"]
+    action = StaffAction.objects.get(dead_letter=dead_letter)
+    assert (action.kind, action.actor_name, action.details["original_text"]) == (
+        "edit_and_retry",
+        "opal",
+        poison,
+    )
+
+
+def test_bulk_retry_of_five_asks_each_once_after_the_fix_is_deployed(browser, processes):
+    broken = processes.add(WorkerProcess(**FAULTY))
+    owner = UserFactory()
+    texts = [f"{POISON} question {n}" for n in range(5)]
+    for text in texts:
+        chat = ConversationFactory(owner=owner)
+        message_accept(conversation=chat, text=text, client_id=uuid.uuid4())
+    letters = [dead_letter_of(text) for text in texts]
+    broken.stop()
+    processes.add(WorkerProcess(CONTINUITY_BUILTIN_TOKEN_DELAY="0.01"))  # the fixed brain
+    site = processes.add(WebProcess())
+    staff = page_of(browser, site, "opal", is_staff=True)
+
+    staff.goto(f"{site.url}/dashboard/dead-letters/?status=pending&q=question")
+    staff.get_by_role("button", name="Retry all 5…").click()
+    expect(staff.get_by_role("heading", name="Retry 5 dead letters?")).to_be_visible()
+    screenshot(staff, "console-bulk-confirmation.png")
+    assert_accessible(staff)
+    staff.get_by_role("button", name="Yes, retry 5").click()
+    expect(staff.locator(".flash")).to_contain_text("5 dead letter(s) retried")
+
+    reasks = wait_for(
+        lambda: (
+            found
+            if len(
+                found := list(
+                    Message.objects.filter(reasked_from__in=[d.message_id for d in letters])
+                )
+            )
+            == 5
+            and all(m.state == "done" for m in found)
+            else None
+        ),
+        timeout=60,
+        what="the five re-asks to be answered",
+    )
+    for reask in reasks:
+        assert Run.objects.filter(message=reask).count() == 1  # one new attempt each
+        assert Message.objects.filter(reply_to=reask).count() == 1
+        assert not Message.objects.filter(reply_to_id=reask.reasked_from_id).exists()
+    assert set(DeadLetter.objects.values_list("status", flat=True)) == {"retried"}
+    assert StaffAction.objects.filter(kind="retry").count() == 5
+
+
+def test_console_pages_work_at_390_px_and_without_javascript(browser, processes):
+    site = processes.add(WebProcess())
+    chat = ConversationFactory(state="paused", paused_reason="3 crashes in 1 hour")
+    UserFactory(username="opal", is_staff=True)
+    context = browser.new_context(viewport={"width": 390, "height": 844}, java_script_enabled=False)
+    page = context.new_page()
+    page.goto(f"{site.url}/accounts/login/?next=/dashboard/paused/")
+    page.get_by_label("Username").fill("opal")
+    page.get_by_label("Password").fill("correct horse battery staple")
+    page.get_by_role("button", name="Log in").click()
+    expect(page.locator(f'[data-conversation="{chat.pk}"]')).to_be_visible()
+    for path in [
+        "/dashboard/",
+        "/dashboard/dead-letters/",
+        "/dashboard/crashes/",
+        "/dashboard/alerts/",
+    ]:
+        page.goto(site.url + path)
+        # Nothing wider than the screen, except inside the scrollable table wrappers.
+        overflow = page.evaluate("document.documentElement.scrollWidth")
+        assert overflow <= 390, (path, overflow)
+    page.goto(f"{site.url}/dashboard/conversations/{chat.pk}/")
+    page.get_by_label("Reason").fill("worker fixed")
+    page.get_by_role("button", name="Resume").click()
+    expect(page.locator('[data-state="active"]')).to_be_visible()
+    expect(page.locator('[data-audit="resume"]')).to_contain_text("worker fixed")
+    screenshot(page, "console-conversation-390.png")
