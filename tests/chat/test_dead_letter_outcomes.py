@@ -1,0 +1,65 @@
+"""What the person whose message could not be processed sees, at each step staff take."""
+
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+
+from continuity.delivery.dead_letters import dead_letter_discard, dead_letter_retry
+from tests.dashboard.console import dead_letter_make
+from tests.factories import UserFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def page(owner_client, conversation) -> str:
+    return owner_client.get(reverse("chat:conversation", args=[conversation.pk])).content.decode()
+
+
+def test_nobody_is_said_to_be_notified_when_no_one_is_mailed(owner_client, conversation, settings):
+    dead_letter_make(conversation)
+    settings.ADMINS = []
+    html = page(owner_client, conversation)
+    assert "It is set aside for staff to review" in html and "notified" not in html
+    settings.ADMINS = [("Ops", "ops@example.com")]
+    assert "Staff have been notified and will review it" in page(owner_client, conversation)
+
+
+def test_a_paused_conversation_says_alerted_only_when_someone_is(
+    owner_client, conversation, settings
+):
+    conversation.state = "paused"
+    conversation.save()
+    settings.ADMINS = []
+    html = page(owner_client, conversation)
+    assert "It is flagged for staff to review" in html and "alerted" not in html
+    settings.ADMINS = [("Ops", "ops@example.com")]
+    assert "They have been alerted" in page(owner_client, conversation)
+
+
+def test_an_edited_retry_shows_both_the_original_and_the_corrected_message(
+    owner_client, conversation
+):
+    dead_letter = dead_letter_make(conversation, "Summarise the contract [[x]]")
+    reask = dead_letter_retry(
+        dead_letter=dead_letter, by=UserFactory(is_staff=True), text="Summarise the contract"
+    )
+    html = page(owner_client, conversation)
+    assert 'data-outcome="retried"' in html and "Staff sent this message again, corrected" in html
+    assert f'href="#exchange-{reask.pk}"' in html
+    assert f'data-reasked-from="{dead_letter.message_id}"' in html
+    assert "Edited by staff and sent again" in html and "Summarise the contract [[x]]" in html
+
+
+def test_a_plain_retry_says_sent_again(owner_client, conversation):
+    dead_letter_retry(dead_letter=dead_letter_make(conversation), by=UserFactory(is_staff=True))
+    html = page(owner_client, conversation)
+    assert "Sent again by staff" in html and "corrected" not in html
+
+
+def test_a_discard_is_said(owner_client, conversation):
+    dead_letter = dead_letter_make(conversation)
+    dead_letter_discard(dead_letter=dead_letter, by=UserFactory(is_staff=True), reason="spam")
+    html = page(owner_client, conversation)
+    assert 'data-outcome="discarded"' in html and "discarded it: it will not be answered" in html
+    assert "spam" not in html  # the reason is for staff
