@@ -13,6 +13,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
+from continuity.delivery.alerts import alerts_reach_someone
 from continuity.delivery.conversations import alert_acknowledge, conversation_resume
 from continuity.errors import InvalidTransition
 from continuity.models import Alert, Conversation, CrashRecord, StaffAction
@@ -42,7 +43,7 @@ def index(request: HttpRequest) -> HttpResponse:
             "absorbed": selectors.absorbed_figures(),
             "open": selectors.open_figures(),
             "chart": timeline_chart(selectors.crash_timeline()),
-            "alerts_configured": bool(settings.ADMINS),
+            "alerts_configured": alerts_reach_someone(),
             "heartbeat_seconds": settings.CONTINUITY_HEARTBEAT_SECONDS,
         },
     )
@@ -149,7 +150,7 @@ def alerts(request: HttpRequest) -> HttpResponse:
             "show": show,
             "page": Paginator(found, PAGE_SIZE).get_page(request.GET.get("page")),
             "form": OptionalReasonForm(),
-            "alerts_configured": bool(settings.ADMINS),
+            "alerts_configured": alerts_reach_someone(),
         },
     )
 

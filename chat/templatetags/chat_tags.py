@@ -1,8 +1,8 @@
 from django import template
-from django.conf import settings
 from django.utils.safestring import SafeString, mark_safe
 
 from chat.rendering import markdown_to_safe_html
+from continuity.delivery.alerts import alerts_reach_someone
 
 register = template.Library()
 
@@ -14,6 +14,4 @@ def markdown(text: str) -> SafeString:
 
 @register.simple_tag
 def staff_are_mailed() -> bool:
-    """Whether a failure reaches staff by mail (ADMINS set): only then may the page say that
-    staff were notified; otherwise it is set aside for them to find in the console."""
-    return bool(settings.ADMINS)
+    return alerts_reach_someone()

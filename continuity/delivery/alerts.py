@@ -29,6 +29,18 @@ _outbox: tuple[int, queue.Queue] | None = None
 _warned_no_admins = False
 
 
+UNDELIVERED_BACKENDS = {
+    "django.core.mail.backends.console.EmailBackend",
+    "django.core.mail.backends.dummy.EmailBackend",
+}
+
+
+def alerts_reach_someone() -> bool:
+    """Whether alert mail goes to a person: someone in ADMINS and a backend that delivers. Only
+    then may a page say that staff were notified."""
+    return bool(settings.ADMINS) and settings.EMAIL_BACKEND not in UNDELIVERED_BACKENDS
+
+
 def alert_mail(*, subject: str, text: str) -> None:
     """Queue a mail to ADMINS and return at once; never raises, never blocks."""
     if not settings.ADMINS:

@@ -36,7 +36,7 @@ def attempts_snapshot(message: Message) -> list[dict]:
 def dead_letter_create(*, message: Message, reason: str) -> DeadLetter:
     """Mark the message dead, record why, tell staff, and let the conversation go on."""
     conversation = message.conversation
-    # A message that staff sent back to the queue and that died again reuses its dead letter.
+    # One dead letter per message, whichever path gave up on it last.
     dead_letter, _ = DeadLetter.objects.update_or_create(
         message=message,
         defaults={

@@ -63,3 +63,10 @@ def test_a_discard_is_said(owner_client, conversation):
     html = page(owner_client, conversation)
     assert 'data-outcome="discarded"' in html and "discarded it: it will not be answered" in html
     assert "spam" not in html  # the reason is for staff
+
+
+def test_mail_printed_to_the_console_notifies_nobody(owner_client, conversation, settings):
+    dead_letter_make(conversation)
+    settings.ADMINS = [("Ops", "ops@example.com")]
+    settings.EMAIL_BACKEND = "django.core.mail.backends.console.EmailBackend"
+    assert "It is set aside for staff to review" in page(owner_client, conversation)
