@@ -1,12 +1,24 @@
+"""Staff tools in the Django admin. History (attempts, checkpoints, chunks, crashes, contexts,
+recoveries, the audit log) is evidence: shown, linked, never edited. Changes go through the
+services, as admin actions that ask for confirmation and a reason and leave a StaffAction row."""
+
 from __future__ import annotations
+
+import json
+from datetime import datetime
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.utils import quote
 from django.core.exceptions import PermissionDenied
+from django.db import models
 from django.shortcuts import get_object_or_404, redirect
 from django.template.response import TemplateResponse
-from django.urls import path, reverse
-from django.utils.html import format_html
+from django.urls import NoReverseMatch, path, reverse
+from django.utils import timezone
+from django.utils.html import format_html, format_html_join
+from django.utils.http import urlencode
+from django.utils.text import Truncator
 
 from .context.assembly import run_context_text, summary_latest
 from .context.compaction import summary_revise
@@ -23,11 +35,119 @@ from .models import (
     Handoff,
     MemoryFact,
     Message,
+    Recovery,
+    ReplyChunk,
     Run,
     RunContext,
+    StaffAction,
     Summary,
     Worker,
 )
+
+# Links between records ------------------------------------------------------------------------
+
+
+def admin_link(obj: models.Model | None, text=None) -> str | None:
+    """A link to the object's admin page; None (shown as "-") when there is no object."""
+    if obj is None:
+        return None
+    opts = obj._meta
+    try:
+        url = reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[quote(obj.pk)])
+    except NoReverseMatch:  # a model without an admin page
+        return format_html("{}", obj if text is None else text)
+    return format_html('<a href="{}">{}</a>', url, obj if text is None else text)
+
+
+def changelist_link(model: type[models.Model], text, **filters) -> str:
+    """A link to the model's list, filtered: `changelist_link(Run, "runs", message__id=7)`."""
+    opts = model._meta
+    url = reverse(f"admin:{opts.app_label}_{opts.model_name}_changelist")
+    return format_html('<a href="{}?{}">{}</a>', url, urlencode(filters), text)
+
+
+def link_column(field: str, description: str = ""):
+    """A list_display column linking to the object a foreign key points to."""
+
+    @admin.display(description=description or field.replace("_", " "), ordering=field)
+    def column(obj):
+        return admin_link(getattr(obj, field))
+
+    column.__name__ = f"{field}_link"
+    return column
+
+
+def related_links(*pairs: tuple[str, str | None]) -> str:
+    """(label, link) pairs as a list; pairs without a link are left out."""
+    items = [(label, link) for label, link in pairs if link]
+    if not items:
+        return "-"
+    return format_html(
+        '<ul class="related-links">{}</ul>',
+        format_html_join("", "<li>{}: {}</li>", items),
+    )
+
+
+def counted(count: int, singular: str, plural: str = "") -> str:
+    return f"{count} {singular if count == 1 else plural or singular + 's'}"
+
+
+# Readable text, JSON and tracebacks -----------------------------------------------------------
+
+
+def pre(text: str, css: str = "admin-text") -> str:
+    return format_html('<pre class="{}">{}</pre>', css, text) if text else "-"
+
+
+def json_pre(value) -> str:
+    return pre(json.dumps(value, indent=2, ensure_ascii=False, default=str), "admin-json")
+
+
+def traceback_details(traceback: str) -> str:
+    """Tracebacks are long: folded, one click away."""
+    if not traceback:
+        return ""
+    return format_html(
+        '<details class="traceback"><summary>Traceback</summary><pre class="admin-text">{}</pre>'
+        "</details>",
+        traceback,
+    )
+
+
+def short(text: str, length: int = 80) -> str:
+    return Truncator(text).chars(length)
+
+
+def moment(value: str | None) -> str:
+    """An ISO timestamp from a JSON snapshot, in the admin's time zone."""
+    if not value:
+        return "-"
+    return f"{timezone.localtime(datetime.fromisoformat(value)):%Y-%m-%d %H:%M:%S}"
+
+
+def duration(started: str | None, ended: str | None) -> str:
+    if not (started and ended):
+        return "-"
+    seconds = (datetime.fromisoformat(ended) - datetime.fromisoformat(started)).total_seconds()
+    return f"{seconds:.1f} s"
+
+
+# Read-only history ----------------------------------------------------------------------------
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """History is evidence: it can be viewed (with the view permission), never added, edited or
+    deleted from the admin, not even by a superuser. With no delete permission Django also
+    drops the "delete selected" action."""
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
 
 
 class HandoffInline(admin.TabularInline):
@@ -52,17 +172,38 @@ class HandoffInline(admin.TabularInline):
 
 @admin.register(Conversation)
 class ConversationAdmin(admin.ModelAdmin):
-    list_display = ["id", "title", "owner", "state", "retry_at", "updated_at"]
+    list_display = ["id", "title", link_column("owner"), "state", "retry_at", "updated_at"]
+    list_select_related = ["owner"]
     list_filter = ["state"]
     search_fields = ["title", "owner__username"]
+    raw_id_fields = ["owner"]
     # Lifecycle fields change only through services (the resume action), never by hand.
     readonly_fields = [
         "state", "paused_reason", "retry_at", "client_id", "enqueued_at", "created_at",
-        "updated_at",
-        "context_tools",
+        "updated_at", "history", "context_tools",
     ]  # fmt: skip
     inlines = [HandoffInline]
     actions = ["resume"]
+
+    @admin.display(description="History")
+    def history(self, conversation):
+        if conversation.pk is None:
+            return "-"
+        return related_links(
+            *(
+                (label, changelist_link(model, counted(related.count(), noun, plural),
+                                        conversation__id__exact=conversation.pk))
+                for label, model, related, noun, plural in [
+                    ("Messages", Message, conversation.messages, "message", ""),
+                    ("Runs", Run, conversation.runs, "run", ""),
+                    ("Dead letters", DeadLetter, conversation.dead_letters, "dead letter", ""),
+                    ("Crashes", CrashRecord, conversation.crashes, "crash record", ""),
+                    ("Recoveries", Recovery, conversation.recoveries, "recovery", "recoveries"),
+                    ("Alerts", Alert, conversation.alerts, "alert", ""),
+                    ("Staff actions", StaffAction, conversation.staff_actions, "staff action", ""),
+                ]
+            )
+        )  # fmt: skip
 
     @admin.display(description="Working memory")
     def context_tools(self, conversation):
@@ -91,22 +232,74 @@ class ConversationAdmin(admin.ModelAdmin):
 
 @admin.register(Message)
 class MessageAdmin(admin.ModelAdmin):
-    list_display = ["id", "conversation", "role", "state", "attempts", "created_at"]
+    list_display = ["id", link_column("conversation"), "role", "state", "attempts", "created_at"]
+    list_select_related = ["conversation"]
     list_filter = ["state", "role"]
     search_fields = ["text"]
     raw_id_fields = ["conversation", "reply_to"]
-    readonly_fields = ["state", "attempts", "version", "client_id"]
+    # reasked_from is set by a dead letter's retry; as a field it would list every message.
+    readonly_fields = ["state", "attempts", "interruptions", "version", "client_id",
+                       "reasked_from", "created_at", "updated_at", "related"]  # fmt: skip
+
+    @admin.display(description="Related")
+    def related(self, message):
+        if message.pk is None:
+            return "-"
+        of_it = {"message__id__exact": message.pk}
+        return related_links(
+            ("Conversation", admin_link(message.conversation)),
+            ("Runs", changelist_link(Run, counted(message.runs.count(), "run"), **of_it)),
+            ("Checkpoints", changelist_link(
+                Checkpoint, counted(message.checkpoints.count(), "checkpoint"), **of_it)),
+            ("Dead letter", admin_link(getattr(message, "dead_letter", None))),
+            ("Reply", admin_link(getattr(message, "reply", None))),
+            ("Reply to", admin_link(message.reply_to)),
+            ("Re-asks", admin_link(message.reasked_from)),
+            ("Re-asked as", format_html_join(", ", "{}", (
+                (admin_link(reask),) for reask in message.reasks.order_by("id")))),
+        )  # fmt: skip
+
+
+class RunFieldsMixin:
+    """Error and traceback as they were printed, not squeezed into one line."""
+
+    @admin.display(description="Error")
+    def error_text(self, obj):
+        return pre(obj.error)
+
+    @admin.display(description="Traceback")
+    def traceback_text(self, obj):
+        return traceback_details(obj.traceback) or "-"
 
 
 @admin.register(Run)
-class RunAdmin(admin.ModelAdmin):
-    list_display = ["id", "message", "attempt", "state", "worker", "started_at", "ended_at"]
+class RunAdmin(RunFieldsMixin, ReadOnlyAdmin):
+    list_display = ["id", link_column("message"), link_column("conversation"), "attempt",
+                    "state", "worker", "started_at", "ended_at"]  # fmt: skip
+    list_select_related = ["message", "conversation"]
     list_filter = ["state"]
-    raw_id_fields = ["conversation", "message"]
-    readonly_fields = ["state", "heartbeat_at", "ended_at", "context_given"]
+    search_fields = ["worker", "node", "error"]
+    fields = ["message", "conversation", "attempt", "state", "node", "incarnation", "worker",
+              "started_at", "heartbeat_at", "ended_at", "error_text", "traceback_text", "related",
+              "context_given"]  # fmt: skip
+    readonly_fields = fields
 
     class Media:
         css = {"all": ["continuity/admin.css"]}
+
+    @admin.display(description="Related")
+    def related(self, run):
+        of_it = {"run__id__exact": run.pk}
+        return related_links(
+            ("Checkpoints", changelist_link(
+                Checkpoint, counted(run.checkpoints.count(), "checkpoint"), **of_it)),
+            ("Reply chunks", changelist_link(
+                ReplyChunk, counted(run.reply_chunks.count(), "chunk"), **of_it)),
+            ("Crash record", admin_link(getattr(run, "crash", None))),
+            ("Resumes after", admin_link(getattr(run, "recovery", None))),
+            ("Resumed by", admin_link(Recovery.objects.filter(interrupted_run=run).first())),
+            ("Context", admin_link(getattr(run, "context", None))),
+        )  # fmt: skip
 
     @admin.display(description="Context this attempt was given")
     def context_given(self, run):
@@ -118,29 +311,132 @@ class RunAdmin(admin.ModelAdmin):
 
 
 @admin.register(Checkpoint)
-class CheckpointAdmin(admin.ModelAdmin):
-    list_display = ["id", "message", "step", "run", "created_at"]
+class CheckpointAdmin(ReadOnlyAdmin):
+    list_display = ["id", link_column("message"), "step", link_column("run"), "created_at"]
+    list_select_related = ["message", "run"]
     list_filter = ["step"]
-    raw_id_fields = ["message", "run"]
+    fields = ["message", "run", "step", "created_at", "output_json"]
+    readonly_fields = fields
+
+    class Media:
+        css = {"all": ["continuity/admin.css"]}
+
+    @admin.display(description="Output")
+    def output_json(self, checkpoint):
+        return json_pre(checkpoint.output)
+
+
+@admin.register(ReplyChunk)
+class ReplyChunkAdmin(ReadOnlyAdmin):
+    list_display = ["id", link_column("run"), link_column("message"), "seq", "short_text",
+                    "created_at"]  # fmt: skip
+    list_select_related = ["run", "message"]
+    fields = ["message", "run", "seq", "created_at", "full_text"]
+    readonly_fields = fields
+
+    class Media:
+        css = {"all": ["continuity/admin.css"]}
+
+    @admin.display(description="Text")
+    def short_text(self, chunk):
+        return short(chunk.text)
+
+    @admin.display(description="Text")
+    def full_text(self, chunk):
+        return pre(chunk.text)
 
 
 @admin.register(CrashRecord)
-class CrashRecordAdmin(admin.ModelAdmin):
-    list_display = ["id", "conversation", "message", "detected_by", "detected_at", "resolved_at"]
-    list_filter = ["detected_by"]
-    raw_id_fields = ["conversation", "message", "run"]
+class CrashRecordAdmin(ReadOnlyAdmin):
+    list_display = ["id", link_column("conversation"), link_column("message"), link_column("run"),
+                    "detected_by", "detected_at", "resolved_at"]  # fmt: skip
+    list_select_related = ["conversation", "message", "run"]
+    list_filter = ["detected_by", ("resolved_at", admin.EmptyFieldListFilter)]
+    fields = ["conversation", "message", "run", "detected_by", "detected_at", "resolved_at"]
+    readonly_fields = fields
+
+
+@admin.register(RunContext)
+class RunContextAdmin(ReadOnlyAdmin):
+    list_display = ["id", link_column("run"), "estimated_tokens", "created_at"]
+    list_select_related = ["run"]
+    fields = ["run", "handoff", "checkpoint", "summary", "estimated_tokens", "created_at",
+              "identity_text", "facts_json", "turns_json", "pending_json", "rendered"]  # fmt: skip
+    readonly_fields = fields
+
+    class Media:
+        css = {"all": ["continuity/admin.css"]}
+
+    @admin.display(description="Identity")
+    def identity_text(self, run_context):
+        return pre(run_context.identity)
+
+    @admin.display(description="Facts (ids)")
+    def facts_json(self, run_context):
+        return json_pre(run_context.facts)
+
+    @admin.display(description="Turns (message ids)")
+    def turns_json(self, run_context):
+        return json_pre(run_context.turns)
+
+    @admin.display(description="Pending (message ids)")
+    def pending_json(self, run_context):
+        return json_pre(run_context.pending)
+
+    @admin.display(description="As the brain read it")
+    def rendered(self, run_context):
+        return format_html('<pre class="context-given">{}</pre>', run_context_text(run_context))
+
+
+@admin.register(Recovery)
+class RecoveryAdmin(ReadOnlyAdmin):
+    list_display = ["id", link_column("conversation"), link_column("message"), link_column("run"),
+                    link_column("interrupted_run"), "kind", "interrupted_at",
+                    "resumed_at"]  # fmt: skip
+    list_select_related = ["conversation", "message", "run", "interrupted_run"]
+    list_filter = ["kind"]
+    fields = ["conversation", "message", "run", "interrupted_run", "kind", "interrupted_at",
+              "resumed_at"]  # fmt: skip
+    readonly_fields = fields
+
+
+@admin.register(StaffAction)
+class StaffActionAdmin(ReadOnlyAdmin):
+    list_display = ["created_at", "kind", "actor_name", link_column("conversation"),
+                    link_column("dead_letter", "dead letter"), link_column("alert"),
+                    "short_reason"]  # fmt: skip
+    list_select_related = ["conversation", "dead_letter", "alert"]
+    list_filter = ["kind", "created_at"]
+    search_fields = ["actor_name", "reason"]
+    fields = ["created_at", "kind", "actor", "actor_name", "reason", "conversation", "dead_letter",
+              "alert", "details_json"]  # fmt: skip
+    readonly_fields = fields
+
+    class Media:
+        css = {"all": ["continuity/admin.css"]}
+
+    @admin.display(description="Reason")
+    def short_reason(self, action):
+        return short(action.reason)
+
+    @admin.display(description="Details")
+    def details_json(self, action):
+        return json_pre(action.details) if action.details else "-"
 
 
 @admin.register(DeadLetter)
 class DeadLetterAdmin(admin.ModelAdmin):
-    list_display = ["id", "message", "conversation", "owner", "status", "created_at"]
+    list_display = ["id", link_column("message"), link_column("conversation"), link_column("owner"),
+                    "error_class", "status", "created_at"]  # fmt: skip
+    list_select_related = ["message", "conversation", "owner"]
     list_filter = ["status"]
     raw_id_fields = ["message", "conversation", "owner"]
 
 
 @admin.register(Alert)
 class AlertAdmin(admin.ModelAdmin):
-    list_display = ["id", "kind", "conversation", "created_at", "acknowledged_at"]
+    list_display = ["id", "kind", link_column("conversation"), "created_at", "acknowledged_at"]
+    list_select_related = ["conversation"]
     list_filter = ["kind"]
 
 

@@ -1,0 +1,165 @@
+"""The Django admin for staff: history is shown and linked but never edited; changes go
+through the services, confirmed and audited."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from django.contrib import admin
+from django.contrib.auth.models import Permission
+from django.urls import reverse
+
+from continuity.delivery.attempts import attempt_begin, attempt_end
+from continuity.delivery.inbox import message_accept
+from continuity.delivery.processing import drain_conversation
+from continuity.models import (
+    Checkpoint,
+    Conversation,
+    CrashRecord,
+    Message,
+    Recovery,
+    ReplyChunk,
+    Run,
+    RunContext,
+    StaffAction,
+)
+from tests.factories import ConversationFactory, UserFactory
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+HISTORY = [Run, Checkpoint, ReplyChunk, CrashRecord, RunContext, Recovery, StaffAction]
+
+
+def send(conversation, text: str) -> Message:
+    return message_accept(conversation=conversation, text=text, client_id=uuid.uuid4())
+
+
+def url(model, view: str, *args) -> str:
+    return reverse(f"admin:continuity_{model._meta.model_name}_{view}", args=args)
+
+
+@pytest.fixture
+def chat():
+    return ConversationFactory()
+
+
+@pytest.fixture
+def answered(chat) -> Message:
+    """A message answered by the built-in brain: a run, its checkpoints, chunks and context."""
+    message = send(chat, "My name is Ada")
+    drain_conversation(conversation_id=chat.pk)
+    return message
+
+
+@pytest.fixture
+def crashed(chat, answered) -> Run:
+    send(chat, "Then it crashed")
+    run = attempt_begin(conversation_id=chat.pk)
+    attempt_end(run_id=run.pk, state="crashed", error="Heartbeat stopped", detected_by="watchdog")
+    return run
+
+
+def history_row(model, answered, crashed):
+    if model is CrashRecord:
+        return crashed.crash
+    if model is RunContext:
+        return RunContext.objects.get(run__message=answered)
+    return model.objects.filter(message=answered).first()
+
+
+@pytest.mark.parametrize("model", HISTORY, ids=lambda model: model.__name__)
+def test_history_cannot_be_added_changed_or_deleted_even_by_a_superuser(model, rf, admin_user):
+    request = rf.get("/")
+    request.user = admin_user
+    model_admin = admin.site._registry[model]
+    assert model_admin.has_view_permission(request)
+    assert not model_admin.has_add_permission(request)
+    assert not model_admin.has_change_permission(request)
+    assert not model_admin.has_delete_permission(request)
+    assert "delete_selected" not in model_admin.get_actions(request)
+
+
+@pytest.mark.parametrize(
+    "model", [Run, Checkpoint, ReplyChunk, CrashRecord, RunContext], ids=lambda m: m.__name__
+)
+def test_history_pages_are_read_only(model, admin_client, answered, crashed):
+    row = history_row(model, answered, crashed)
+    assert admin_client.get(url(model, "add")).status_code == 403
+    assert admin_client.post(url(model, "add"), {}).status_code == 403
+    assert admin_client.get(url(model, "delete", row.pk)).status_code == 403
+    assert admin_client.post(url(model, "delete", row.pk), {"post": "yes"}).status_code == 403
+
+    change = admin_client.get(url(model, "change", row.pk))
+    assert change.status_code == 200
+    page = change.content.decode()
+    for field in model._meta.concrete_fields:
+        assert f'name="{field.name}"' not in page
+        assert f'name="{field.attname}"' not in page
+    assert "<textarea" not in page and 'name="_save"' not in page
+    before = model.objects.filter(pk=row.pk).values().get()
+    posted = admin_client.post(url(model, "change", row.pk), {"step": "x", "text": "x", "seq": 9})
+    assert posted.status_code == 403
+    assert model.objects.filter(pk=row.pk).values().get() == before
+
+    changelist = admin_client.get(url(model, "changelist"))
+    assert changelist.status_code == 200
+    assert b"delete_selected" not in changelist.content
+    assert model.objects.filter(pk=row.pk).exists()  # the refused delete left it
+
+
+def test_staff_without_permission_are_refused_and_anonymous_sent_to_log_in(client, answered):
+    run = answered.runs.get()
+    anonymous = client.get(url(Run, "change", run.pk))
+    assert anonymous.status_code == 302 and "/admin/login/" in anonymous.url
+    client.force_login(UserFactory())
+    assert client.get(url(Run, "change", run.pk)).status_code == 302  # not staff: log in again
+    client.force_login(UserFactory(is_staff=True))
+    assert client.get(url(Run, "change", run.pk)).status_code == 403
+
+
+def test_staff_with_the_view_permission_can_read_history(client, answered):
+    staff = UserFactory(is_staff=True)
+    staff.user_permissions.add(Permission.objects.get(codename="view_run"))
+    client.force_login(staff)
+    run = answered.runs.get()
+    assert client.get(url(Run, "change", run.pk)).status_code == 200
+    assert client.get(url(Run, "changelist")).status_code == 200
+    assert client.post(url(Run, "change", run.pk), {}).status_code == 403
+
+
+def test_list_columns_link_to_the_related_records(admin_client, answered):
+    run = answered.runs.get()
+    page = admin_client.get(url(Run, "changelist")).content.decode()
+    assert f'href="{url(Message, "change", answered.pk)}"' in page
+    assert f'href="{url(Conversation, "change", run.conversation_id)}"' in page
+
+
+def test_a_message_page_links_to_its_conversation_runs_and_reply(admin_client, answered):
+    page = admin_client.get(url(Message, "change", answered.pk)).content.decode()
+    runs = f"{url(Run, 'changelist')}?message__id__exact={answered.pk}"
+    assert f'href="{runs}"' in page
+    assert f'href="{url(Message, "change", answered.reply.pk)}"' in page
+    assert f'href="{url(Conversation, "change", answered.conversation_id)}"' in page
+
+    listed = admin_client.get(runs)
+    assert listed.status_code == 200
+    assert listed.context["cl"].result_count == 1
+
+
+def test_a_run_page_links_to_its_checkpoints_chunks_and_crash(admin_client, answered, crashed):
+    run = answered.runs.get()
+    page = admin_client.get(url(Run, "change", run.pk)).content.decode()
+    for model in (Checkpoint, ReplyChunk):
+        assert f'href="{url(model, "changelist")}?run__id__exact={run.pk}"' in page
+    chunks = admin_client.get(f"{url(ReplyChunk, 'changelist')}?run__id__exact={run.pk}")
+    assert chunks.context["cl"].result_count == run.reply_chunks.count() > 0
+    crashed_page = admin_client.get(url(Run, "change", crashed.pk)).content.decode()
+    assert f'href="{url(CrashRecord, "change", crashed.crash.pk)}"' in crashed_page
+    assert '<pre class="admin-text">Heartbeat stopped</pre>' in crashed_page
+
+
+def test_a_checkpoint_shows_its_output_as_indented_json(admin_client, answered):
+    checkpoint = Checkpoint.objects.filter(message=answered).first()
+    page = admin_client.get(url(Checkpoint, "change", checkpoint.pk)).content.decode()
+    assert '<pre class="admin-json">{\n  ' in page
