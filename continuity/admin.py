@@ -12,6 +12,8 @@ from django.contrib import admin, messages
 from django.contrib.admin.utils import quote
 from django.core.exceptions import PermissionDenied
 from django.db import models
+from django.db.models import F, Window
+from django.db.models.functions import Left, RowNumber
 from django.shortcuts import get_object_or_404, redirect
 from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, path, reverse
@@ -150,6 +152,69 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         return False
 
 
+class ReadOnlyInline(admin.TabularInline):
+    """Rows of a long history on their parent's page: the newest `newest` of them, read-only.
+
+    A formset's queryset cannot be sliced (the formset filters it again by parent), so a window
+    function ranks each parent's rows instead and the newest are kept."""
+
+    template = "admin/continuity/edit_inline/history.html"
+    fk_name = "conversation"
+    newest = 50
+    extra = 0
+    can_delete = False
+    show_change_link = True
+    ordering = ["-id"]
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def get_queryset(self, request):
+        rank = Window(RowNumber(), partition_by=F(self.fk_name), order_by=F("id").desc())
+        return super().get_queryset(request).annotate(rank=rank).filter(rank__lte=self.newest)
+
+
+class MessageInline(ReadOnlyInline):
+    model = Message
+    verbose_name_plural = "messages (the newest 50, newest first)"
+    fields = ["id", "role", "state", "attempts", "created_at", "short_text"]
+    readonly_fields = fields
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).annotate(text_start=Left("text", 81)).defer("text")
+
+    @admin.display(description="Text")
+    def short_text(self, message):
+        return short(message.text_start)
+
+
+class RunInline(ReadOnlyInline):
+    model = Run
+    verbose_name_plural = "runs (the newest 50, newest first)"
+    fields = ["id", "message", "attempt", "state", "worker", "started_at", "ended_at",
+              "short_error"]  # fmt: skip
+    readonly_fields = fields
+
+    def get_queryset(self, request):
+        return (
+            super()
+            .get_queryset(request)
+            .select_related("message")
+            .annotate(error_start=Left("error", 81))
+            .defer("error", "traceback", "message__text")
+        )
+
+    @admin.display(description="Error")
+    def short_error(self, run):
+        return short(run.error_start)
+
+
 class HandoffInline(admin.TabularInline):
     """The conversation's handoff history, newest first; versions are never edited in place."""
 
@@ -182,7 +247,7 @@ class ConversationAdmin(admin.ModelAdmin):
         "state", "paused_reason", "retry_at", "client_id", "enqueued_at", "created_at",
         "updated_at", "history", "context_tools",
     ]  # fmt: skip
-    inlines = [HandoffInline]
+    inlines = [MessageInline, RunInline, HandoffInline]
     actions = ["resume"]
 
     @admin.display(description="History")

@@ -24,7 +24,7 @@ from continuity.models import (
     RunContext,
     StaffAction,
 )
-from tests.factories import ConversationFactory, UserFactory
+from tests.factories import ConversationFactory, MessageFactory, UserFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -163,3 +163,52 @@ def test_a_checkpoint_shows_its_output_as_indented_json(admin_client, answered):
     checkpoint = Checkpoint.objects.filter(message=answered).first()
     page = admin_client.get(url(Checkpoint, "change", checkpoint.pk)).content.decode()
     assert '<pre class="admin-json">{\n  ' in page
+
+
+def test_a_conversation_page_shows_its_messages_and_runs_read_only(admin_client, chat, answered):
+    run = answered.runs.get()
+    change = admin_client.get(url(Conversation, "change", chat.pk))
+    page = change.content.decode()
+    assert change.status_code == 200
+    assert "Messages (the newest 50, newest first)" in page
+    assert "Runs (the newest 50, newest first)" in page
+    assert "My name is Ada" in page
+    assert f'href="{url(Message, "change", answered.reply.pk)}" class="inlineviewlink"' in page
+    assert f'href="{url(Run, "change", run.pk)}" class="inlineviewlink"' in page
+    assert 'name="messages-0-text"' not in page and 'name="runs-0-state"' not in page
+    assert f'href="{url(Message, "changelist")}?conversation__id__exact={chat.pk}"' in page
+    assert page.count('class="tabular inline-related') == 1  # only the handoffs' inline
+
+    # Saving the conversation leaves its history as it was.
+    data = {
+        "owner": chat.owner_id,
+        "title": "Renamed",
+        **management_form(change.context, "messages", "runs", "handoffs"),
+    }
+    assert admin_client.post(url(Conversation, "change", chat.pk), data).status_code == 302
+    chat.refresh_from_db()
+    assert chat.title == "Renamed"
+    assert Message.objects.get(pk=answered.pk).text == "My name is Ada"
+
+
+def management_form(context, *prefixes) -> dict:
+    data = {}
+    for formset in context["inline_admin_formsets"]:
+        form = formset.formset.management_form
+        data |= {f"{form.prefix}-{name}": value for name, value in form.initial.items()}
+        for index, item in enumerate(formset.formset.forms):
+            data[f"{formset.formset.prefix}-{index}-id"] = item.instance.pk
+    assert {formset.formset.prefix for formset in context["inline_admin_formsets"]} == set(prefixes)
+    return data
+
+
+def test_a_long_conversation_shows_only_its_newest_messages(admin_client, chat):
+    for number in range(1, 56):
+        MessageFactory(conversation=chat, text=f"note-{number:03}")
+    other = MessageFactory(text="in another conversation")
+    page = admin_client.get(url(Conversation, "change", chat.pk)).content.decode()
+    assert "note-055" in page and "note-006" in page
+    assert "note-005" not in page and "note-001" not in page
+    assert page.index("note-055") < page.index("note-054")
+    assert other.text not in page
+    assert "55 messages" in page
