@@ -9,7 +9,8 @@ from datetime import datetime
 
 from django import forms
 from django.contrib import admin, messages
-from django.contrib.admin.utils import quote
+from django.contrib.admin import helpers
+from django.contrib.admin.utils import model_ngettext, quote
 from django.core.exceptions import PermissionDenied
 from django.db import models
 from django.db.models import F, Window
@@ -27,6 +28,7 @@ from .context.compaction import summary_revise
 from .context.handoffs import SECTIONS, handoff_latest, handoff_sections, handoff_write
 from .context.versions import versions_diff
 from .delivery.conversations import conversation_resume
+from .delivery.dead_letters import dead_letters_discard, dead_letters_retry
 from .errors import InvalidTransition
 from .models import (
     Alert,
@@ -132,6 +134,119 @@ def duration(started: str | None, ended: str | None) -> str:
         return "-"
     seconds = (datetime.fromisoformat(ended) - datetime.fromisoformat(started)).total_seconds()
     return f"{seconds:.1f} s"
+
+
+def staff_actions_table(actions) -> str:
+    """The audit rows of a record: when, what, who and why."""
+    rows = [
+        (admin_link(action, f"{timezone.localtime(action.created_at):%Y-%m-%d %H:%M:%S}"),
+         action.get_kind_display(), action.actor_name, action.reason or "-")
+        for action in actions
+    ]  # fmt: skip
+    if not rows:
+        return "None yet."
+    return format_html(
+        '<table class="history-table"><thead><tr><th>When</th><th>What</th><th>Who</th>'
+        "<th>Why</th></tr></thead><tbody>{}</tbody></table>",
+        format_html_join("", "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>", rows),
+    )
+
+
+def attempts_table(attempts: list[dict]) -> str:
+    """A dead letter's attempts snapshot, one row each, tracebacks folded under the error."""
+    rows = [
+        (attempt.get("attempt", "?"), attempt.get("state", ""), attempt.get("worker") or "-",
+         moment(attempt.get("started_at")), moment(attempt.get("ended_at")),
+         duration(attempt.get("started_at"), attempt.get("ended_at")),
+         format_html("{}{}", pre(attempt.get("error", "")),
+                     traceback_details(attempt.get("traceback", ""))))
+        for attempt in attempts
+    ]  # fmt: skip
+    if not rows:
+        return "None."
+    return format_html(
+        '<table class="history-table attempts"><thead><tr><th>Attempt</th><th>State</th>'
+        "<th>Worker</th><th>Started</th><th>Ended</th><th>Duration</th><th>Error</th></tr>"
+        "</thead><tbody>{}</tbody></table>",
+        format_html_join("", "<tr>" + "<td>{}</td>" * 7 + "</tr>", rows),
+    )
+
+
+# Actions: confirmed, with a reason, through the services --------------------------------------
+
+
+class ReasonForm(forms.Form):
+    reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 3, "cols": 60}))
+    confirmed = forms.CharField(widget=forms.HiddenInput, initial="yes")
+
+    def __init__(self, *args, reason_required: bool, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["reason"].required = reason_required
+        self.fields["reason"].help_text = (
+            "Required" if reason_required else "Optional"
+        ) + ": it is kept in the audit log with your name."
+
+
+def confirm_then(
+    modeladmin: admin.ModelAdmin,
+    request,
+    items: list,
+    *,
+    action: str,
+    question: str,
+    button: str,
+    reason_required: bool,
+    perform,
+    done: str,
+) -> TemplateResponse | None:
+    """Django's delete_selected pattern: the action's first POST answers with a page that asks
+    for a reason and re-posts the action and the selected ids; the second POST (`confirmed`)
+    calls `perform(items, reason) -> (count done, problems)` and returns None: back to the list,
+    with `done` ("Retried {count} {items}.") and each problem as messages."""
+    form = ReasonForm(
+        request.POST if "confirmed" in request.POST else None, reason_required=reason_required
+    )
+    if form.is_valid():
+        count, problems = perform(items, form.cleaned_data["reason"])
+        modeladmin.message_user(
+            request,
+            done.format(count=count, items=model_ngettext(modeladmin.opts, count)),
+            messages.SUCCESS if count else messages.WARNING,
+        )
+        for problem in problems:
+            modeladmin.message_user(request, problem, messages.WARNING)
+        return None
+    return TemplateResponse(
+        request,
+        "admin/continuity/action_confirmation.html",
+        {
+            **modeladmin.admin_site.each_context(request),
+            "opts": modeladmin.opts,
+            "title": modeladmin.get_actions(request)[action][2],
+            "question": question,
+            "items": items,
+            "form": form,
+            "action": action,
+            "button": button,
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+            "cancel_url": request.get_full_path(),
+        },
+    )
+
+
+class ChangedByActionsAdmin(admin.ModelAdmin):
+    """Records that change only through services, run as admin actions. The model-level change
+    permission offers the actions; a record's own page is view-only (its fields are history),
+    and nobody adds or deletes them."""
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return obj is None and super().has_change_permission(request)
+
+    def has_delete_permission(self, request, obj=None):
+        return False
 
 
 # Read-only history ----------------------------------------------------------------------------
@@ -490,12 +605,77 @@ class StaffActionAdmin(ReadOnlyAdmin):
 
 
 @admin.register(DeadLetter)
-class DeadLetterAdmin(admin.ModelAdmin):
+class DeadLetterAdmin(ChangedByActionsAdmin):
     list_display = ["id", link_column("message"), link_column("conversation"), link_column("owner"),
                     "error_class", "status", "created_at"]  # fmt: skip
     list_select_related = ["message", "conversation", "owner"]
-    list_filter = ["status"]
-    raw_id_fields = ["message", "conversation", "owner"]
+    list_filter = ["status", "error_class", "created_at"]
+    search_fields = ["owner__username", "payload__text", "reason"]
+    fields = ["message", "conversation", "owner", "status", "reason", "error_class", "sent",
+              "attempts_made", "retried_as", "resolved_at", "resolved_by", "created_at",
+              "audit"]  # fmt: skip
+    readonly_fields = fields
+    actions = ["retry", "discard"]
+
+    class Media:
+        css = {"all": ["continuity/admin.css"]}
+
+    @admin.display(description="Message as sent")
+    def sent(self, dead_letter):
+        payload = dead_letter.payload or {}
+        return format_html(
+            '{}<div class="help">Sent {}, client id {}</div>',
+            pre(payload.get("text", "")),
+            moment(payload.get("created_at")),
+            payload.get("client_id") or "-",
+        )
+
+    @admin.display(description="Attempts")
+    def attempts_made(self, dead_letter):
+        return attempts_table(dead_letter.attempts or [])
+
+    @admin.display(description="Staff actions")
+    def audit(self, dead_letter):
+        return staff_actions_table(dead_letter.staff_actions.order_by("created_at", "id"))
+
+    @admin.action(permissions=["change"], description="Retry selected dead letters")
+    def retry(self, request, queryset):
+        items = list(queryset.select_related("message"))
+        return confirm_then(
+            self, request, items,
+            action="retry",
+            question=self.question(items, "will be asked again, as a new message at the end of "
+                                          "the conversation"),
+            button="Retry",
+            reason_required=False,
+            perform=lambda items, reason: dead_letters_retry(
+                dead_letters=items, by=request.user, reason=reason
+            ),
+            done="Retried {count} {items}: each is asked again at the end of its conversation.",
+        )  # fmt: skip
+
+    @admin.action(permissions=["change"], description="Discard selected dead letters")
+    def discard(self, request, queryset):
+        items = list(queryset.select_related("message"))
+        return confirm_then(
+            self, request, items,
+            action="discard",
+            question=self.question(items, "will be closed without an answer; the user sees that "
+                                          "the message was discarded"),
+            button="Discard",
+            reason_required=True,
+            perform=lambda items, reason: dead_letters_discard(
+                dead_letters=items, by=request.user, reason=reason
+            ),
+            done="Discarded {count} {items}.",
+        )  # fmt: skip
+
+    def question(self, items: list[DeadLetter], outcome: str) -> str:
+        pending = sum(item.status == DeadLetter.Status.PENDING for item in items)
+        text = f"{pending} {model_ngettext(self.opts, pending)} {outcome}."
+        if skipped := len(items) - pending:
+            text += f" Left as they are: {skipped} already retried or discarded."
+        return text
 
 
 @admin.register(Alert)

@@ -17,6 +17,7 @@ from continuity.models import (
     Checkpoint,
     Conversation,
     CrashRecord,
+    DeadLetter,
     Message,
     Recovery,
     ReplyChunk,
@@ -212,3 +213,135 @@ def test_a_long_conversation_shows_only_its_newest_messages(admin_client, chat):
     assert page.index("note-055") < page.index("note-054")
     assert other.text not in page
     assert "55 messages" in page
+
+
+def dead(conversation, text: str) -> DeadLetter:
+    message = send(conversation, text)
+    run = attempt_begin(conversation_id=conversation.pk)
+    attempt_end(
+        run_id=run.pk,
+        state="failed",
+        error="ValueError: no",
+        traceback='Traceback (most recent call last):\n  File "brain.py"\nValueError: no',
+        permanent=True,
+    )
+    return DeadLetter.objects.get(message=message)
+
+
+def test_a_dead_letter_page_shows_the_text_attempts_and_traceback_readably(admin_client, chat):
+    dead_letter = dead(chat, "Is <b>this</b> escaped?")
+    change = admin_client.get(url(DeadLetter, "change", dead_letter.pk))
+    assert change.status_code == 200
+    page = change.content.decode()
+    assert '<pre class="admin-text">Is &lt;b&gt;this&lt;/b&gt; escaped?</pre>' in page
+    assert '<pre class="admin-text">ValueError: no</pre>' in page
+    assert '<details class="traceback"><summary>Traceback</summary>' in page
+    assert "Traceback (most recent call last):\n  File &quot;brain.py&quot;" in page
+    assert '<textarea name="attempts"' not in page and 'name="payload"' not in page
+    assert "<textarea" not in page and 'name="_save"' not in page
+    for field in ("message", "conversation", "owner", "retried_as"):
+        assert f'name="{field}"' not in page
+    assert f'href="{url(Message, "change", dead_letter.message_id)}"' in page
+    assert f'href="{url(Conversation, "change", chat.pk)}"' in page
+    assert admin_client.post(url(DeadLetter, "change", dead_letter.pk), {}).status_code == 403
+    assert admin_client.get(url(DeadLetter, "add")).status_code == 403
+    assert admin_client.get(url(DeadLetter, "delete", dead_letter.pk)).status_code == 403
+
+
+def test_dead_letters_are_found_by_their_text_owner_or_reason(admin_client, chat):
+    dead_letter = dead(chat, "Something about invoices")
+    other = dead(ConversationFactory(), "Unrelated")
+
+    def found(**query) -> set[int]:
+        listed = admin_client.get(url(DeadLetter, "changelist"), query)
+        return {row.pk for row in listed.context["cl"].result_list}
+
+    assert found(q="INVOICES") == found(q=chat.owner.username) == {dead_letter.pk}
+    assert (
+        found(q="valueerror: no") == found(error_class="ValueError") == {dead_letter.pk, other.pk}
+    )
+    assert found(status="retried") == set()
+
+
+def act(client, model, action: str, items, **data):
+    return client.post(
+        url(model, "changelist"),
+        {"action": action, "index": 0, "_selected_action": [item.pk for item in items], **data},
+    )
+
+
+def messages_of(response) -> list[str]:
+    return [str(message) for message in response.wsgi_request._messages]
+
+
+def test_retry_asks_for_confirmation_then_re_asks_and_audits(admin_client, admin_user, chat):
+    dead_letter = dead(chat, "My name is Ada")
+    done = dead(chat, "Already discarded")
+    DeadLetter.objects.filter(pk=done.pk).update(status="discarded")
+
+    confirm = act(admin_client, DeadLetter, "retry", [dead_letter, done])
+    assert confirm.status_code == 200
+    page = confirm.content.decode()
+    assert "1 dead letter will be asked again" in page
+    assert "Left as they are: 1 already retried or discarded." in page
+    assert 'name="reason"' in page and 'value="retry"' in page
+    assert DeadLetter.objects.get(pk=dead_letter.pk).status == "pending"  # nothing done yet
+
+    response = act(
+        admin_client, DeadLetter, "retry", [dead_letter, done], confirmed="yes", reason="fixed"
+    )
+    assert response.status_code == 302
+    dead_letter.refresh_from_db()
+    reask = Message.objects.get(reasked_from=dead_letter.message)
+    assert (dead_letter.status, dead_letter.retried_as, dead_letter.resolved_by) == (
+        "retried",
+        reask,
+        admin_user,
+    )
+    assert reask.text == "My name is Ada" and reask.state == "queued"
+    action = StaffAction.objects.get(dead_letter=dead_letter)
+    assert (action.kind, action.actor, action.reason) == ("retry", admin_user, "fixed")
+    shown = messages_of(response)
+    assert "Retried 1 dead letter: each is asked again at the end of its conversation." in shown
+    assert f"Dead letter {done.pk} was already discarded." in shown
+
+    page = admin_client.get(url(DeadLetter, "change", dead_letter.pk)).content.decode()
+    assert f'href="{url(Message, "change", reask.pk)}"' in page  # retried as
+    assert f'href="{url(StaffAction, "change", action.pk)}"' in page
+
+
+def test_discard_needs_a_reason_and_is_audited(admin_client, admin_user, chat):
+    dead_letter = dead(chat, "Spam spam spam")
+    assert (
+        "1 dead letter will be closed"
+        in act(admin_client, DeadLetter, "discard", [dead_letter]).content.decode()
+    )
+
+    refused = act(admin_client, DeadLetter, "discard", [dead_letter], confirmed="yes", reason=" ")
+    assert refused.status_code == 200
+    assert "This field is required." in refused.content.decode()
+    dead_letter.refresh_from_db()
+    assert dead_letter.status == "pending" and not StaffAction.objects.exists()
+
+    response = act(
+        admin_client, DeadLetter, "discard", [dead_letter], confirmed="yes", reason="Spam"
+    )
+    assert response.status_code == 302
+    dead_letter.refresh_from_db()
+    assert (dead_letter.status, dead_letter.resolved_by) == ("discarded", admin_user)
+    action = StaffAction.objects.get(dead_letter=dead_letter)
+    assert (action.kind, action.actor, action.reason) == ("discard", admin_user, "Spam")
+    assert "Discarded 1 dead letter." in messages_of(response)
+
+
+def test_staff_who_may_only_view_dead_letters_are_not_offered_the_actions(client, chat):
+    dead_letter = dead(chat, "Hello")
+    staff = UserFactory(is_staff=True)
+    staff.user_permissions.add(Permission.objects.get(codename="view_deadletter"))
+    client.force_login(staff)
+    assert client.get(url(DeadLetter, "change", dead_letter.pk)).status_code == 200
+    listed = client.get(url(DeadLetter, "changelist"))
+    assert b'value="retry"' not in listed.content
+    act(client, DeadLetter, "retry", [dead_letter], confirmed="yes")
+    dead_letter.refresh_from_db()
+    assert dead_letter.status == "pending" and not StaffAction.objects.exists()
