@@ -27,7 +27,7 @@ from .context.assembly import run_context_text, summary_latest
 from .context.compaction import summary_revise
 from .context.handoffs import SECTIONS, handoff_latest, handoff_sections, handoff_write
 from .context.versions import versions_diff
-from .delivery.conversations import conversation_resume
+from .delivery.conversations import alert_acknowledge, conversation_resume
 from .delivery.dead_letters import dead_letters_discard, dead_letters_retry
 from .errors import InvalidTransition
 from .models import (
@@ -398,16 +398,36 @@ class ConversationAdmin(admin.ModelAdmin):
 
     @admin.action(permissions=["change"], description="Resume selected paused conversations")
     def resume(self, request, queryset):
-        resumed = 0
-        for conversation in queryset:
-            try:
-                conversation_resume(
-                    conversation=conversation, by=request.user, reason="Resumed from the admin."
-                )
-                resumed += 1
-            except InvalidTransition as error:
-                self.message_user(request, str(error), messages.WARNING)
-        self.message_user(request, f"{resumed} conversation(s) resumed.", messages.SUCCESS)
+        items = list(queryset)
+        paused = sum(item.state == Conversation.State.PAUSED for item in items)
+        question = (
+            f"{paused} {model_ngettext(self.opts, paused)} will be resumed: waiting messages are "
+            "processed again, in order; earlier crashes stop counting toward a pause, and open "
+            "alerts are acknowledged in your name."
+        )
+        if skipped := len(items) - paused:
+            question += f" Left as they are: {skipped} not paused."
+        return confirm_then(
+            self, request, items,
+            action="resume",
+            question=question,
+            button="Resume",
+            reason_required=True,
+            perform=lambda items, reason: conversations_resume(items, by=request.user,
+                                                               reason=reason),
+            done="Resumed {count} {items}.",
+        )  # fmt: skip
+
+
+def conversations_resume(conversations, *, by, reason: str) -> tuple[int, list[str]]:
+    done, problems = 0, []
+    for conversation in conversations:
+        try:
+            conversation_resume(conversation=conversation, by=by, reason=reason)
+            done += 1
+        except InvalidTransition as error:
+            problems.append(str(error))
+    return done, problems
 
 
 @admin.register(Message)
@@ -679,10 +699,42 @@ class DeadLetterAdmin(ChangedByActionsAdmin):
 
 
 @admin.register(Alert)
-class AlertAdmin(admin.ModelAdmin):
-    list_display = ["id", "kind", link_column("conversation"), "created_at", "acknowledged_at"]
-    list_select_related = ["conversation"]
-    list_filter = ["kind"]
+class AlertAdmin(ChangedByActionsAdmin):
+    list_display = ["id", "kind", link_column("conversation"), "short_text", "created_at",
+                    "acknowledged_at", "acknowledged_by"]  # fmt: skip
+    list_select_related = ["conversation", "acknowledged_by"]
+    list_filter = ["kind", ("acknowledged_at", admin.EmptyFieldListFilter)]
+    search_fields = ["text"]
+    fields = ["kind", "conversation", "text", "created_at", "acknowledged_at", "acknowledged_by",
+              "audit"]  # fmt: skip
+    readonly_fields = fields
+    actions = ["acknowledge"]
+
+    class Media:
+        css = {"all": ["continuity/admin.css"]}
+
+    @admin.display(description="Text")
+    def short_text(self, alert):
+        return short(alert.text)
+
+    @admin.display(description="Staff actions")
+    def audit(self, alert):
+        return staff_actions_table(alert.staff_actions.order_by("created_at", "id"))
+
+    @admin.action(permissions=["change"], description="Acknowledge selected alerts")
+    def acknowledge(self, request, queryset):
+        done = 0
+        for alert in queryset.order_by("id"):
+            try:
+                alert_acknowledge(alert=alert, by=request.user)
+                done += 1
+            except InvalidTransition as error:  # already acknowledged: left as it was
+                self.message_user(request, str(error), messages.WARNING)
+        self.message_user(
+            request,
+            f"Acknowledged {done} {model_ngettext(self.opts, done)}.",
+            messages.SUCCESS if done else messages.WARNING,
+        )
 
 
 @admin.register(Worker)

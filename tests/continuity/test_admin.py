@@ -11,9 +11,11 @@ from django.contrib.auth.models import Permission
 from django.urls import reverse
 
 from continuity.delivery.attempts import attempt_begin, attempt_end
+from continuity.delivery.conversations import alert_acknowledge, conversation_pause
 from continuity.delivery.inbox import message_accept
 from continuity.delivery.processing import drain_conversation
 from continuity.models import (
+    Alert,
     Checkpoint,
     Conversation,
     CrashRecord,
@@ -345,3 +347,63 @@ def test_staff_who_may_only_view_dead_letters_are_not_offered_the_actions(client
     act(client, DeadLetter, "retry", [dead_letter], confirmed="yes")
     dead_letter.refresh_from_db()
     assert dead_letter.status == "pending" and not StaffAction.objects.exists()
+
+
+def test_acknowledging_alerts_is_audited_and_skips_acknowledged_ones(admin_client, admin_user):
+    alert = conversation_pause(conversation=ConversationFactory(), reason="3 crashes")
+    seen = conversation_pause(conversation=ConversationFactory(), reason="3 crashes")
+    alert_acknowledge(alert=seen, by=UserFactory(is_staff=True))
+    listed = admin_client.get(url(Alert, "changelist"), {"acknowledged_at__isempty": "1"})
+    assert [row.pk for row in listed.context["cl"].result_list] == [alert.pk]
+
+    response = act(admin_client, Alert, "acknowledge", [alert, seen])
+    assert response.status_code == 302
+    alert.refresh_from_db()
+    assert alert.acknowledged_by == admin_user and alert.acknowledged_at is not None
+    action = StaffAction.objects.get(alert=alert)
+    assert (action.kind, action.actor) == ("acknowledge", admin_user)
+    assert StaffAction.objects.filter(alert=seen).count() == 1  # only the first acknowledgement
+    shown = messages_of(response)
+    assert "Acknowledged 1 alert." in shown
+    assert f"Alert {seen.pk} was already acknowledged." in shown
+
+    page = admin_client.get(url(Alert, "change", alert.pk)).content.decode()
+    assert f'href="{url(StaffAction, "change", action.pk)}"' in page
+    assert admin_client.post(url(Alert, "change", alert.pk), {"text": "x"}).status_code == 403
+
+
+def test_resume_asks_for_a_reason_then_resumes_and_audits(admin_client, admin_user):
+    paused = ConversationFactory()
+    alert = conversation_pause(conversation=paused, reason="3 crashes")
+    active = ConversationFactory()
+
+    confirm = act(admin_client, Conversation, "resume", [paused, active])
+    assert confirm.status_code == 200
+    page = confirm.content.decode()
+    assert "1 conversation will be resumed" in page and "Left as they are: 1 not paused." in page
+    refused = act(admin_client, Conversation, "resume", [paused], confirmed="yes", reason="")
+    assert "This field is required." in refused.content.decode()
+    paused.refresh_from_db()
+    assert paused.state == "paused" and not StaffAction.objects.exists()
+
+    response = act(
+        admin_client,
+        Conversation,
+        "resume",
+        [paused, active],
+        confirmed="yes",
+        reason="Brain fixed in 1.2.3",
+    )
+    assert response.status_code == 302
+    paused.refresh_from_db()
+    alert.refresh_from_db()
+    assert paused.state == "active" and alert.acknowledged_by == admin_user
+    action = StaffAction.objects.get(kind="resume")
+    assert (action.conversation, action.actor, action.reason) == (
+        paused,
+        admin_user,
+        "Brain fixed in 1.2.3",
+    )
+    shown = messages_of(response)
+    assert "Resumed 1 conversation." in shown
+    assert f"Conversation {active.pk} is not paused; cannot resume it." in shown
