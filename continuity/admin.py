@@ -267,15 +267,18 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         return False
 
 
-class ReadOnlyInline(admin.TabularInline):
-    """Rows of a long history on their parent's page: the newest `newest` of them, read-only.
+def newest_of_each_conversation(queryset, *, by: str = "id", limit: int = 50):
+    """For an inline on a conversation's page: a formset's queryset cannot be sliced (the
+    formset filters it again by conversation), so a window function ranks each conversation's
+    rows and the newest are kept. The conversation filter still runs before the ranking."""
+    rank = Window(RowNumber(), partition_by=F("conversation"), order_by=F(by).desc())
+    return queryset.annotate(rank=rank).filter(rank__lte=limit)
 
-    A formset's queryset cannot be sliced (the formset filters it again by parent), so a window
-    function ranks each parent's rows instead and the newest are kept."""
+
+class ReadOnlyInline(admin.TabularInline):
+    """Rows of a long history on a conversation's page: the newest 50, read-only."""
 
     template = "admin/continuity/edit_inline/history.html"
-    fk_name = "conversation"
-    newest = 50
     extra = 0
     can_delete = False
     show_change_link = True
@@ -291,8 +294,7 @@ class ReadOnlyInline(admin.TabularInline):
         return False
 
     def get_queryset(self, request):
-        rank = Window(RowNumber(), partition_by=F(self.fk_name), order_by=F("id").desc())
-        return super().get_queryset(request).annotate(rank=rank).filter(rank__lte=self.newest)
+        return newest_of_each_conversation(super().get_queryset(request))
 
 
 class MessageInline(ReadOnlyInline):
@@ -334,6 +336,7 @@ class HandoffInline(admin.TabularInline):
     """The conversation's handoff history, newest first; versions are never edited in place."""
 
     model = Handoff
+    verbose_name_plural = "handoffs (the newest 50 versions)"
     fields = ["version", "reason", "author", "run", "created_at", "next_step"]
     readonly_fields = fields
     extra = 0
@@ -343,6 +346,10 @@ class HandoffInline(admin.TabularInline):
 
     def has_add_permission(self, request, obj=None):
         return False
+
+    def get_queryset(self, request):
+        handoffs = super().get_queryset(request).select_related("author", "run")
+        return newest_of_each_conversation(handoffs, by="version")
 
     @admin.display(description="Next step")
     def next_step(self, handoff):
@@ -364,6 +371,9 @@ class ConversationAdmin(admin.ModelAdmin):
     ]  # fmt: skip
     inlines = [MessageInline, RunInline, HandoffInline]
     actions = ["resume"]
+
+    class Media:
+        css = {"all": ["continuity/admin.css"]}
 
     @admin.display(description="History")
     def history(self, conversation):
@@ -440,6 +450,9 @@ class MessageAdmin(admin.ModelAdmin):
     # reasked_from is set by a dead letter's retry; as a field it would list every message.
     readonly_fields = ["state", "attempts", "interruptions", "version", "client_id",
                        "reasked_from", "created_at", "updated_at", "related"]  # fmt: skip
+
+    class Media:
+        css = {"all": ["continuity/admin.css"]}
 
     @admin.display(description="Related")
     def related(self, message):

@@ -10,6 +10,7 @@ from django.contrib import admin
 from django.contrib.auth.models import Permission
 from django.urls import reverse
 
+from continuity.context.handoffs import handoff_write
 from continuity.delivery.attempts import attempt_begin, attempt_end
 from continuity.delivery.conversations import alert_acknowledge, conversation_pause
 from continuity.delivery.inbox import message_accept
@@ -208,6 +209,8 @@ def management_form(context, *prefixes) -> dict:
 def test_a_long_conversation_shows_only_its_newest_messages(admin_client, chat):
     for number in range(1, 56):
         MessageFactory(conversation=chat, text=f"note-{number:03}")
+    for _ in range(52):
+        handoff_write(conversation_id=chat.pk, reason="end_of_turn", sections={})
     other = MessageFactory(text="in another conversation")
     page = admin_client.get(url(Conversation, "change", chat.pk)).content.decode()
     assert "note-055" in page and "note-006" in page
@@ -215,6 +218,8 @@ def test_a_long_conversation_shows_only_its_newest_messages(admin_client, chat):
     assert page.index("note-055") < page.index("note-054")
     assert other.text not in page
     assert "55 messages" in page
+    assert "Handoff v52 of" in page and "Handoff v3 of" in page
+    assert "Handoff v2 of" not in page and "Handoff v1 of" not in page
 
 
 def dead(conversation, text: str) -> DeadLetter:
