@@ -364,6 +364,10 @@ class ConversationAdmin(admin.ModelAdmin):
     list_filter = ["state"]
     search_fields = ["title", "owner__username"]
     raw_id_fields = ["owner"]
+
+    def has_add_permission(self, request):
+        return False  # conversations are started by their owners, through conversation_start
+
     # Lifecycle fields change only through services (the resume action), never by hand.
     readonly_fields = [
         "state", "paused_reason", "retry_at", "client_id", "enqueued_at", "created_at",
@@ -446,10 +450,14 @@ class MessageAdmin(admin.ModelAdmin):
     list_select_related = ["conversation"]
     list_filter = ["state", "role"]
     search_fields = ["text"]
-    raw_id_fields = ["conversation", "reply_to"]
-    # reasked_from is set by a dead letter's retry; as a field it would list every message.
-    readonly_fields = ["state", "attempts", "interruptions", "version", "client_id",
-                       "reasked_from", "created_at", "updated_at", "related"]  # fmt: skip
+    # Messages come from people and the agent, through the services: staff read or delete them
+    # (moderation), and correct a failed one through its dead letter's edit and retry.
+    readonly_fields = ["conversation", "role", "text", "state", "attempts", "interruptions",
+                       "version", "client_id", "reply_to", "reasked_from", "created_at",
+                       "updated_at", "related"]  # fmt: skip
+
+    def has_add_permission(self, request):
+        return False
 
     class Media:
         css = {"all": ["continuity/admin.css"]}

@@ -412,3 +412,14 @@ def test_resume_asks_for_a_reason_then_resumes_and_audits(admin_client, admin_us
     shown = messages_of(response)
     assert "Resumed 1 conversation." in shown
     assert f"Conversation {active.pk} is not paused; cannot resume it." in shown
+
+
+def test_messages_and_conversations_come_from_the_services_not_the_admin(admin_client, chat):
+    message = send(chat, "What I really wrote")
+    assert admin_client.get(reverse("admin:continuity_message_add")).status_code == 403
+    assert admin_client.get(reverse("admin:continuity_conversation_add")).status_code == 403
+    url = reverse("admin:continuity_message_change", args=[message.pk])
+    assert 'name="text"' not in admin_client.get(url).content.decode()
+    admin_client.post(url, {"text": "Something else", "role": "assistant"})
+    message.refresh_from_db()
+    assert (message.text, message.role) == ("What I really wrote", "user")
