@@ -4,16 +4,25 @@ from functools import wraps
 
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
+from django.http import HttpResponse
 
 
 def staff_required(view):
-    """Anonymous users go to the login page; signed-in users who are not staff get 403."""
+    """Anonymous users go to the login page; signed-in users who are not staff get 403.
+
+    An htmx poll from a page whose session has ended is told to reload the page instead, so
+    the login page is shown whole rather than swapped into a part of the old one."""
 
     @wraps(view)
+    def gate(request, *args, **kwargs):
+        if request.htmx and not request.user.is_authenticated:
+            return HttpResponse(status=204, headers={"HX-Refresh": "true"})
+        return staff_only(request, *args, **kwargs)
+
     @login_required
-    def wrapper(request, *args, **kwargs):
+    def staff_only(request, *args, **kwargs):
         if not request.user.is_staff:
             raise PermissionDenied("Staff only.")
         return view(request, *args, **kwargs)
 
-    return wrapper
+    return gate

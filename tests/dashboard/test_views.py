@@ -296,3 +296,8 @@ def test_attempts_pruned_by_retention_are_shown_from_the_snapshot(staff):
     html = staff.get(reverse("dashboard:dead_letter", args=[dead_letter.pk])).content.decode()
     assert 'data-attempt="1"' in html and "ValueError: the brain tripped" in html
     assert re.search(r"<dt>Started</dt><dd>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d</dd>", html)
+
+
+def test_a_poll_after_the_session_ended_reloads_the_page(client):
+    response = client.get(reverse("dashboard:index"), headers={"HX-Request": "true"})
+    assert response.status_code == 204 and response["HX-Refresh"] == "true"
