@@ -26,6 +26,7 @@ MAX_SYNC_IDS = 2000
 MAX_FRAME_CHARS = 32 * 1024
 # Close code for "your session ended": the page tells the person to sign in again.
 SESSION_ENDED = 4401
+CONVERSATION_DELETED = 4404
 SYNC_FORMAT = 'Expected {"type": "sync", "after": <id>, "pending": [<id>, ...]}.'
 
 
@@ -76,6 +77,9 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
 
     async def conversation_changed(self, event: dict) -> None:
         await self.send_json({"type": "status", "html": await self.render_status()})
+
+    async def conversation_deleted(self, event: dict) -> None:
+        await self.close(code=CONVERSATION_DELETED)
 
     async def reply_chunk(self, event: dict) -> None:
         await self.send_json(

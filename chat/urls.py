@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import memory_views, recovery_views, views
+from . import conversation_views, memory_views, recovery_views, views
 
 app_name = "chat"
 urlpatterns = [
@@ -9,6 +9,13 @@ urlpatterns = [
     path("c/<int:pk>/", views.conversation_detail, name="conversation"),
     path("c/<int:pk>/messages/", views.message_send, name="message_send"),
     path("c/<int:pk>/retry-now/", views.retry_now, name="retry_now"),
+    path("c/<int:pk>/rename/", conversation_views.conversation_rename_view, name="rename"),
+    path("c/<int:pk>/archive/", conversation_views.conversation_archive_view, name="archive"),
+    path("c/<int:pk>/delete/", conversation_views.conversation_delete_view, name="delete"),
+    path("c/<int:pk>/export.md", conversation_views.export_markdown_view, name="export_md"),
+    path("c/<int:pk>/export.json", conversation_views.export_json_view, name="export_json"),
+    path("conversations/", conversation_views.conversation_list, name="conversations"),
+    path("search/", conversation_views.search, name="search"),
     path(
         "c/<int:pk>/recoveries/<int:recovery_pk>/",
         recovery_views.recovery_detail,

@@ -22,12 +22,14 @@ from continuity.selectors import (
     conversations_of,
     exchanges_of,
     newest_message_id,
+    sidebar_conversations_of,
 )
 
 from .forms import MessageForm
 from .throttles import rate_limit_wait
 
 PAGE = "chat/conversation.html"
+SIDEBAR_SIZE = 50  # the newest; the rest are one click away, on the paginated list
 TOO_FAST = {
     "send": "You are sending messages faster than the assistant can answer. "
     "Wait {seconds} s, then send again: your text is still here.",
@@ -51,9 +53,11 @@ def login_required_or_401(view):
 
 
 def page_context(request: HttpRequest, conversation: Conversation | None, form: MessageForm):
+    sidebar = sidebar_conversations_of(request.user)
     context = {
         "conversation": conversation,
-        "conversations": conversations_of(request.user),
+        "conversations": sidebar[:SIDEBAR_SIZE],
+        "more_conversations": max(0, sidebar.count() - SIDEBAR_SIZE),
         "form": form,
     }
     if conversation is not None:

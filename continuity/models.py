@@ -32,6 +32,11 @@ class Conversation(models.Model):
     enqueued_at = models.DateTimeField(
         null=True, blank=True, help_text="When a drain task was last sent for this conversation."
     )
+    archived_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="Archived by its owner: out of the sidebar, still answered and searchable.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

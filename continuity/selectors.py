@@ -6,6 +6,8 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from django.contrib.postgres.search import SearchHeadline, SearchQuery, SearchRank, SearchVector
+from django.db import connection
 from django.db.models import Count, DurationField, ExpressionWrapper, F, Max, QuerySet
 from django.db.models.functions import Now
 
@@ -34,7 +36,12 @@ class RecoveryBanner:
 
 
 def conversations_of(owner) -> QuerySet[Conversation]:
+    """Every conversation of the owner, archived ones included (they open and are searched)."""
     return Conversation.objects.filter(owner=owner)
+
+
+def sidebar_conversations_of(owner) -> QuerySet[Conversation]:
+    return conversations_of(owner).filter(archived_at__isnull=True)
 
 
 def exchanges_of(
@@ -118,3 +125,67 @@ def retry_wait_of(conversation: Conversation) -> int | None:
 def conversation_status(conversation: Conversation) -> dict:
     """What the status next to the composer needs: the conversation's state and any backoff."""
     return {"conversation": conversation, "retry_in": retry_wait_of(conversation)}
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    conversation: Conversation
+    snippet: str  # plain text; the found words between MARK_START and MARK_END
+    message_id: int | None = None
+
+
+MARK_START, MARK_END = "\x02", "\x03"
+SEARCH_LIMIT = 50
+
+
+def conversations_search(owner, query: str) -> list[SearchHit]:
+    """The owner's conversations whose title or messages match, best first: PostgreSQL
+    full-text search (English stemming, web-search syntax), or a plain substring search on
+    other databases."""
+    query = query.strip()
+    if not query:
+        return []
+    messages = Message.objects.filter(conversation__owner=owner)
+    if connection.vendor == "postgresql":
+        found = full_text_hits(messages, query)
+    else:
+        found = [
+            SearchHit(conversation=m.conversation, snippet=m.text[:200], message_id=m.pk)
+            for m in messages.filter(text__icontains=query).select_related("conversation")[
+                :SEARCH_LIMIT
+            ]
+        ]
+    seen = {hit.conversation.pk for hit in found}
+    by_title = conversations_of(owner).filter(title__icontains=query).exclude(pk__in=seen)
+    titled = [SearchHit(conversation=c, snippet="") for c in by_title[:SEARCH_LIMIT]]
+    unique = {hit.conversation.pk: hit for hit in reversed([*titled, *found])}
+    return list(reversed(unique.values()))[:SEARCH_LIMIT]
+
+
+def full_text_hits(messages: QuerySet[Message], query: str) -> list[SearchHit]:
+    search = SearchQuery(query, search_type="websearch", config="english")
+    best_per_conversation = (
+        messages.annotate(document=SearchVector("text", config="english"))
+        .filter(document=search)
+        .annotate(
+            rank=SearchRank(SearchVector("text", config="english"), search),
+            snippet=SearchHeadline(
+                "text",
+                search,
+                config="english",
+                start_sel=MARK_START,
+                stop_sel=MARK_END,
+                max_words=30,
+                min_words=10,
+            ),
+        )
+        .order_by("conversation_id", "-rank", "-id")
+        .distinct("conversation_id")
+    )
+    rows = sorted(
+        best_per_conversation.select_related("conversation")[:SEARCH_LIMIT],
+        key=lambda m: (-m.rank, -m.pk),
+    )
+    return [
+        SearchHit(conversation=m.conversation, snippet=m.snippet, message_id=m.pk) for m in rows
+    ]

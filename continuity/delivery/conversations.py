@@ -9,8 +9,8 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from ..context.handoffs import handoff_for_pause
-from ..errors import InvalidTransition
-from ..live.events import publish_conversation_changed
+from ..errors import InvalidMessage, InvalidTransition
+from ..live.events import publish_conversation_changed, publish_conversation_deleted
 from ..models import Alert, Conversation, CrashRecord, Run, StaffAction
 from .alerts import alert_mail
 from .audit import staff_action_record
@@ -96,3 +96,33 @@ def alert_acknowledge(*, alert: Alert, by, reason: str = "") -> None:
         alert=alert,
         conversation_id=alert.conversation_id,
     )
+
+
+def conversation_rename(*, conversation: Conversation, title: str) -> None:
+    title = " ".join(title.split())
+    limit = Conversation._meta.get_field("title").max_length
+    if not title:
+        raise InvalidMessage("Type a title.")
+    if len(title) > limit:
+        raise InvalidMessage(f"A title has at most {limit} characters; this one has {len(title)}.")
+    # Not an update of updated_at: renaming does not move the conversation up the sidebar.
+    Conversation.objects.filter(pk=conversation.pk).update(title=title)
+    conversation.title = title
+
+
+def conversation_archive(*, conversation: Conversation, archived: bool) -> None:
+    """Archived conversations leave the sidebar; they are still answered and found by search."""
+    Conversation.objects.filter(pk=conversation.pk).update(
+        archived_at=timezone.now() if archived else None
+    )
+
+
+@transaction.atomic
+def conversation_delete(*, conversation: Conversation) -> None:
+    """Delete the conversation and everything recorded about it. An attempt answering it at
+    this moment loses its run row, so its fenced writes stop it (nothing is written back)."""
+    conversation_id = conversation.pk
+    Conversation.objects.select_for_update().filter(pk=conversation_id).first()
+    Conversation.objects.filter(pk=conversation_id).delete()
+    logger.info("Conversation %s deleted by its owner", conversation_id)
+    transaction.on_commit(lambda: publish_conversation_deleted(conversation_id=conversation_id))

@@ -145,6 +145,10 @@ def publish_conversation_changed(*, conversation_id: int) -> None:
     publish(conversation_id, {"type": "conversation.changed"})
 
 
+def publish_conversation_deleted(*, conversation_id: int) -> None:
+    publish(conversation_id, {"type": "conversation.deleted"})
+
+
 def publish_reply_chunk(
     *, conversation_id: int, message_id: int, run_id: int, seq: int, text: str
 ) -> None:

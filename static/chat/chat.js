@@ -8,6 +8,7 @@
 
   const exchangesBox = () => document.getElementById("exchanges");
   const SESSION_ENDED = 4401; // the server closed the socket: logout, new password, deactivated
+  const CONVERSATION_DELETED = 4404; // deleted, from this tab or another one
   const awaitingSync = new Set();
 
   function nearBottom() {
@@ -288,6 +289,11 @@
       });
       socket.addEventListener("message", (message) => receive(JSON.parse(message.data)));
       socket.addEventListener("close", (closed) => {
+        if (closed.code === CONVERSATION_DELETED) {
+          setLive("deleted", false);
+          window.location.assign("/");
+          return;
+        }
         if (closed.code === SESSION_ENDED) {
           setLive("signed out", false);
           signedOut();

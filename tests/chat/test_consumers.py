@@ -275,3 +275,22 @@ def test_a_sync_on_a_session_that_ended_closes_the_socket(owned):
 def test_the_origin_must_be_the_sockets_own_scheme_host_and_port(owned, origin, allowed):
     owner, conversation, _ = owned
     assert connects(conversation.pk, session_headers(owner, origin)) is allowed
+
+
+def test_deleting_the_conversation_closes_its_open_sockets(owned):
+    owner, conversation, _ = owned
+    headers = session_headers(owner)
+
+    async def scenario():
+        from asgiref.sync import sync_to_async
+
+        from continuity.delivery.conversations import conversation_delete
+
+        socket = communicator(conversation.pk, headers)
+        assert (await socket.connect())[0]
+        await sync_to_async(conversation_delete)(conversation=conversation)
+        closed = await socket.receive_output(timeout=5)
+        await socket.wait()
+        return closed
+
+    assert closed_with(async_to_sync(scenario)()) == 4404

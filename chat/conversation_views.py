@@ -1,0 +1,165 @@
+"""A person's conversations: rename, archive, delete, search, export, and the full list."""
+
+from __future__ import annotations
+
+import json
+
+from django import forms
+from django.contrib import messages
+from django.core.paginator import Paginator
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.html import escape
+from django.utils.safestring import mark_safe
+from django.utils.text import slugify
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from continuity.delivery.conversations import (
+    conversation_archive,
+    conversation_delete,
+    conversation_rename,
+)
+from continuity.errors import InvalidMessage
+from continuity.models import Conversation
+from continuity.selectors import (
+    MARK_END,
+    MARK_START,
+    conversations_of,
+    conversations_search,
+)
+
+from .exports import export_json, export_markdown
+from .views import login_required_or_401
+
+PAGE_SIZE = 50
+
+
+class RenameForm(forms.Form):
+    title = forms.CharField(label="Title", max_length=200, strip=True)
+
+
+def own_conversation(request: HttpRequest, pk: int) -> Conversation:
+    """The signed-in person's conversation, or 404: another person's looks like no conversation."""
+    return get_object_or_404(conversations_of(request.user), pk=pk)
+
+
+def back_to(conversation: Conversation):
+    return redirect("chat:conversation", conversation.pk)
+
+
+@require_POST
+@login_required_or_401
+def conversation_rename_view(request: HttpRequest, pk: int) -> HttpResponse:
+    conversation = own_conversation(request, pk)
+    form = RenameForm(request.POST)
+    try:
+        if not form.is_valid():
+            raise InvalidMessage(form.errors["title"][0])
+        conversation_rename(conversation=conversation, title=form.cleaned_data["title"])
+    except InvalidMessage as error:
+        messages.error(request, f"Not renamed: {error}")
+    if request.htmx:
+        return render(request, "chat/conversation.html#title", {"conversation": conversation})
+    return back_to(conversation)
+
+
+@require_POST
+@login_required_or_401
+def conversation_archive_view(request: HttpRequest, pk: int) -> HttpResponse:
+    conversation = own_conversation(request, pk)
+    archived = request.POST.get("archived", "1") == "1"
+    conversation_archive(conversation=conversation, archived=archived)
+    messages.success(
+        request,
+        f"“{conversation}” archived: it is under Archived, and still answered."
+        if archived
+        else f"“{conversation}” is back in your conversations.",
+    )
+    return back_to(conversation)
+
+
+@never_cache
+@require_http_methods(["GET", "POST"])
+@login_required_or_401
+def conversation_delete_view(request: HttpRequest, pk: int) -> HttpResponse:
+    """GET asks for confirmation; POST deletes."""
+    conversation = own_conversation(request, pk)
+    if request.method == "GET":
+        count = conversation.messages.count()
+        return render(
+            request, "chat/delete.html", {"conversation": conversation, "message_count": count}
+        )
+    title = str(conversation)
+    conversation_delete(conversation=conversation)
+    messages.success(request, f"“{title}” deleted.")
+    return redirect("chat:home")
+
+
+def highlighted(snippet: str) -> str:
+    """The search snippet as HTML: the text escaped, the found words marked."""
+    return mark_safe(  # noqa: S308 - escaped first; only our own <mark> tags are added
+        escape(snippet).replace(MARK_START, "<mark>").replace(MARK_END, "</mark>")
+    )
+
+
+@never_cache
+@require_GET
+@login_required_or_401
+def search(request: HttpRequest) -> HttpResponse:
+    query = request.GET.get("q", "")[:200]
+    hits = [
+        {"hit": hit, "snippet": highlighted(hit.snippet)}
+        for hit in conversations_search(request.user, query)
+    ]
+    return render(request, "chat/search.html", {"query": query, "hits": hits})
+
+
+@never_cache
+@require_GET
+@login_required_or_401
+def conversation_list(request: HttpRequest) -> HttpResponse:
+    archived = request.GET.get("archived") == "1"
+    found = conversations_of(request.user).filter(archived_at__isnull=not archived)
+    return render(
+        request,
+        "chat/conversations.html",
+        {
+            "archived": archived,
+            "page": Paginator(found, PAGE_SIZE).get_page(request.GET.get("page")),
+        },
+    )
+
+
+def download(body: str, *, content_type: str, name: str) -> HttpResponse:
+    response = HttpResponse(body, content_type=content_type)
+    response["Content-Disposition"] = f'attachment; filename="{name}"'
+    return response
+
+
+def export_name(conversation: Conversation, extension: str) -> str:
+    return f"{slugify(str(conversation))[:60] or 'conversation'}-{conversation.pk}.{extension}"
+
+
+@never_cache
+@require_GET
+@login_required_or_401
+def export_markdown_view(request: HttpRequest, pk: int) -> HttpResponse:
+    conversation = own_conversation(request, pk)
+    return download(
+        export_markdown(conversation),
+        content_type="text/markdown; charset=utf-8",
+        name=export_name(conversation, "md"),
+    )
+
+
+@never_cache
+@require_GET
+@login_required_or_401
+def export_json_view(request: HttpRequest, pk: int) -> HttpResponse:
+    conversation = own_conversation(request, pk)
+    return download(
+        json.dumps(export_json(conversation), ensure_ascii=False, indent=2),
+        content_type="application/json",
+        name=export_name(conversation, "json"),
+    )

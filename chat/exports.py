@@ -1,0 +1,45 @@
+"""A conversation as its owner can take it away: Markdown to read, JSON to process."""
+
+from __future__ import annotations
+
+from continuity.models import Conversation, Message
+
+
+def export_messages(conversation: Conversation):
+    return conversation.messages.order_by("id")
+
+
+def export_markdown(conversation: Conversation) -> str:
+    lines = [
+        f"# {conversation}",
+        "",
+        f"Exported from Continuity. Started {conversation.created_at:%Y-%m-%d %H:%M} UTC.",
+        "",
+    ]
+    for message in export_messages(conversation):
+        who = "You" if message.role == Message.Role.USER else "Assistant"
+        lines += [f"## {who} · {message.created_at:%Y-%m-%d %H:%M:%S} UTC", ""]
+        if message.role == Message.Role.USER and message.state == Message.State.DEAD:
+            lines += ["*(This message could not be processed.)*", ""]
+        lines += [message.text, ""]
+    return "\n".join(lines)
+
+
+def export_json(conversation: Conversation) -> dict:
+    return {
+        "id": conversation.pk,
+        "title": str(conversation),
+        "created_at": conversation.created_at.isoformat(),
+        "archived": conversation.archived_at is not None,
+        "messages": [
+            {
+                "id": message.pk,
+                "role": message.role,
+                "state": message.state,
+                "text": message.text,
+                "created_at": message.created_at.isoformat(),
+                "reply_to": message.reply_to_id,
+            }
+            for message in export_messages(conversation)
+        ],
+    }

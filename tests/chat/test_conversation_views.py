@@ -1,0 +1,174 @@
+"""Rename, archive, delete, search and export: for the owner, another user and anonymous."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from continuity.delivery.inbox import message_accept
+from continuity.models import Conversation, Message
+from tests.factories import ConversationFactory, UserFactory
+
+pytestmark = pytest.mark.django_db
+
+ACTIONS = {
+    "rename": ("post", "chat:rename", {"title": "Renamed"}),
+    "archive": ("post", "chat:archive", {"archived": "1"}),
+    "delete page": ("get", "chat:delete", None),
+    "delete": ("post", "chat:delete", None),
+    "export md": ("get", "chat:export_md", None),
+    "export json": ("get", "chat:export_json", None),
+}
+
+
+@pytest.fixture
+def chat():
+    conversation = ConversationFactory(title="Compiler plans")
+    message_accept(
+        conversation=conversation, text="Let us ship the compiler", client_id=uuid.uuid4()
+    )
+    return conversation
+
+
+def client_for(who, chat) -> Client:
+    client = Client()
+    if who == "owner":
+        client.force_login(chat.owner)
+    elif who in ("other user", "staff"):
+        client.force_login(UserFactory(is_staff=who == "staff"))
+    return client
+
+
+@pytest.mark.parametrize("action", ACTIONS)
+@pytest.mark.parametrize("who", ["anonymous", "other user", "staff"])
+def test_only_the_owner_may(chat, action, who):
+    method, name, data = ACTIONS[action]
+    response = getattr(client_for(who, chat), method)(reverse(name, args=[chat.pk]), data or {})
+    if who == "anonymous":
+        assert response.status_code == 302 and response["Location"].startswith(reverse("login"))
+    else:
+        assert response.status_code == 404
+    chat.refresh_from_db()  # still there, unchanged
+    assert (chat.title, chat.archived_at) == ("Compiler plans", None)
+
+
+def test_anonymous_htmx_gets_401(chat):
+    response = Client().post(
+        reverse("chat:rename", args=[chat.pk]), {"title": "x"}, headers={"HX-Request": "true"}
+    )
+    assert response.status_code == 401
+
+
+@pytest.mark.parametrize("action", ["rename", "archive", "delete"])
+def test_changes_are_post_only(chat, action):
+    _, name, _ = ACTIONS[action]
+    client = client_for("owner", chat)
+    if action == "delete":
+        assert client.put(reverse(name, args=[chat.pk])).status_code == 405
+    else:
+        assert client.get(reverse(name, args=[chat.pk])).status_code == 405
+    assert Conversation.objects.filter(pk=chat.pk, title="Compiler plans").exists()
+
+
+def test_rename(chat):
+    client = client_for("owner", chat)
+    client.post(reverse("chat:rename", args=[chat.pk]), {"title": "  The   compiler  "})
+    chat.refresh_from_db()
+    assert chat.title == "The compiler"
+    html = client.post(
+        reverse("chat:rename", args=[chat.pk]), {"title": " "}, follow=True
+    ).content.decode()
+    assert "Not renamed" in html
+    client.post(reverse("chat:rename", args=[chat.pk]), {"title": "x" * 201})
+    chat.refresh_from_db()
+    assert chat.title == "The compiler"
+
+
+def test_rename_by_htmx_returns_the_title(chat):
+    client = client_for("owner", chat)
+    response = client.post(
+        reverse("chat:rename", args=[chat.pk]), {"title": "Plans"}, headers={"HX-Request": "true"}
+    )
+    assert response.content.decode().startswith('<h1 id="conversation-title">Plans')
+
+
+def test_archive_leaves_the_sidebar_and_unarchive_brings_it_back(chat):
+    client = client_for("owner", chat)
+    client.post(reverse("chat:archive", args=[chat.pk]), {"archived": "1"})
+    home = client.get(reverse("chat:home")).content.decode()
+    assert "Compiler plans" not in home
+    archived = client.get(reverse("chat:conversations"), {"archived": "1"}).content.decode()
+    assert f'data-conversation="{chat.pk}"' in archived
+    assert client.get(reverse("chat:conversation", args=[chat.pk])).status_code == 200
+    client.post(reverse("chat:archive", args=[chat.pk]), {"archived": "0"})
+    assert "Compiler plans" in client.get(reverse("chat:home")).content.decode()
+
+
+def test_delete_asks_first_then_removes_everything(chat):
+    client = client_for("owner", chat)
+    page = client.get(reverse("chat:delete", args=[chat.pk])).content.decode()
+    assert "Delete “Compiler plans”?" in page and "1 message," in page
+    assert Conversation.objects.filter(pk=chat.pk).exists()
+    response = client.post(reverse("chat:delete", args=[chat.pk]))
+    assert response.status_code == 302 and response["Location"] == reverse("chat:home")
+    assert not Conversation.objects.filter(pk=chat.pk).exists()
+    assert not Message.objects.filter(conversation_id=chat.pk).exists()
+    assert client.get(reverse("chat:conversation", args=[chat.pk])).status_code == 404
+
+
+def test_search_finds_words_in_any_form_in_ones_own_conversations_only(chat):
+    other = ConversationFactory(title="Someone else")
+    message_accept(conversation=other, text="I ship compilers too", client_id=uuid.uuid4())
+    client = client_for("owner", chat)
+    html = client.get(reverse("chat:search"), {"q": "shipping"}).content.decode()
+    assert f'data-hit="{chat.pk}"' in html and f'data-hit="{other.pk}"' not in html
+    assert "<mark>ship</mark>" in html
+    assert (
+        f'data-hit="{chat.pk}"'
+        in client.get(reverse("chat:search"), {"q": "plans"}).content.decode()
+    )
+    assert (
+        "0 conversations found"
+        in client.get(reverse("chat:search"), {"q": "zebra"}).content.decode()
+    )
+    assert client.get(reverse("chat:search")).status_code == 200
+
+
+def test_search_escapes_what_it_shows(chat):
+    message_accept(
+        conversation=chat, text="<script>alert(1)</script> compiler", client_id=uuid.uuid4()
+    )
+    html = client_for("owner", chat).get(reverse("chat:search"), {"q": "compiler"}).content.decode()
+    assert "<script>alert(1)" not in html
+
+
+def test_search_needs_login():
+    response = Client().get(reverse("chat:search"), {"q": "x"})
+    assert response.status_code == 302
+
+
+def test_export_markdown_and_json(chat):
+    client = client_for("owner", chat)
+    markdown = client.get(reverse("chat:export_md", args=[chat.pk]))
+    assert markdown["Content-Disposition"] == f'attachment; filename="compiler-plans-{chat.pk}.md"'
+    assert markdown.content.decode().startswith("# Compiler plans")
+    assert "Let us ship the compiler" in markdown.content.decode()
+    exported = json.loads(client.get(reverse("chat:export_json", args=[chat.pk])).content)
+    assert exported["title"] == "Compiler plans"
+    assert [(m["role"], m["text"]) for m in exported["messages"]] == [
+        ("user", "Let us ship the compiler")
+    ]
+
+
+def test_the_sidebar_shows_the_newest_fifty_and_links_to_the_rest(chat):
+    for n in range(55):
+        ConversationFactory(owner=chat.owner, title=f"Topic {n}")
+    client = client_for("owner", chat)
+    home = client.get(reverse("chat:home")).content.decode()
+    assert "6 older conversations" in home
+    second = client.get(reverse("chat:conversations"), {"page": 2}).content.decode()
+    assert second.count("data-conversation=") == 6
