@@ -114,8 +114,8 @@ class OpenAIBrain:
             # is closed) drops the connection, which tells the server to stop generating.
             with stream:
                 for chunk in stream:
-                    for choice in chunk.choices:
-                        if choice.delta.content:
+                    for choice in chunk.choices:  # none in a usage-only chunk
+                        if choice.delta and choice.delta.content:
                             yield choice.delta.content
 
     def remember(self, context: Context, plan: dict, reply: str) -> dict[str, str]:
