@@ -1,0 +1,183 @@
+"""A brain backed by any OpenAI-compatible `/v1/chat/completions` server: vLLM, Ollama,
+llama.cpp's server, OpenAI itself (README "Model backends").
+
+Only `respond` and `summarize` call the model. Memory stays deterministic: `plan` extracts the
+facts the user stated with the built-in brain's rules, so what a person says about themselves
+is remembered whatever the model makes of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import httpx
+import openai
+from django.conf import settings
+
+from chat.brains.builtin import BuiltinBrain, clip
+from continuity.brains import Context, Turn
+from continuity.errors import PermanentError
+from continuity.models import handoff_markdown
+
+SUMMARY_INSTRUCTIONS = (
+    "You keep the running summary of a conversation between a user and an assistant. "
+    "Write the previous summary again, extended with the new turns. Keep every fact the user "
+    "stated (their name, goals, likes, things to remember, decisions), in their words where "
+    "you can; leave out small talk. Answer with the summary only, as short bullet points."
+)
+
+
+class ModelTimeout(Exception):
+    """The model server went silent: the attempt fails and is retried later, never hangs."""
+
+
+def prompt_messages(context: Context) -> list[dict[str, str]]:
+    """The chat messages for `context`: one system message (identity, memory, working notes,
+    summary, what is queued, a restart), then the recent turns and the message to answer."""
+    turns = [*context.history, Turn("user", context.text)]
+    return [{"role": "system", "content": system_prompt(context)}, *alternating(turns)]
+
+
+def system_prompt(context: Context) -> str:
+    parts = [context.identity.strip()]
+    if context.facts:
+        facts = "\n".join(f"- {key}: {value}" for key, value in context.facts.items())
+        parts.append(f"What you remember about the user:\n{facts}")
+    if note := context.handoff:
+        notes = handoff_markdown(
+            written_at=note.written_at,
+            current_state=note.current_state,
+            critical_context=note.critical_context,
+            next_steps=note.next_steps,
+            decisions=note.decisions,
+        )
+        parts.append(f"Your working notes from before this turn:\n\n{notes}")
+    if summary := context.summary.strip():
+        parts.append(f"Summary of the earlier conversation (those turns are not shown):\n{summary}")
+    if context.pending:
+        waiting = "\n".join(f"- “{clip(turn.text, 200)}”" for turn in context.pending)
+        parts.append(
+            f"{len(context.pending)} more message(s) from the user are queued after this one; "
+            f"answer only the current message, the others are answered next:\n{waiting}"
+        )
+    if recovery := context.recovery:
+        parts.append(
+            f"You restarted after {recovery.label} while answering the user's latest message. "
+            "Begin your reply with one short sentence saying so, then answer it."
+        )
+    return "\n\n".join(part for part in parts if part)
+
+
+def alternating(turns: list[Turn]) -> list[dict[str, str]]:
+    """Turns as chat messages, merging neighbours of one role: some chat templates (Mistral's)
+    refuse two user messages in a row, which a reply deleted by staff would leave."""
+    messages: list[dict[str, str]] = []
+    for turn in turns:
+        if messages and messages[-1]["role"] == turn.role:
+            messages[-1]["content"] += f"\n\n{turn.text}"
+        else:
+            messages.append({"role": turn.role, "content": turn.text})
+    return messages
+
+
+class OpenAIBrain:
+    def __init__(self) -> None:
+        self.base_url = settings.CONTINUITY_OPENAI_BASE_URL
+        self.model = settings.CONTINUITY_OPENAI_MODEL
+        self.builtin = BuiltinBrain()
+        self.client = openai.OpenAI(
+            base_url=self.base_url,
+            # Local servers ignore the key, but the client refuses to start without one.
+            api_key=settings.CONTINUITY_OPENAI_API_KEY or "none",
+            # httpx's read timeout bounds every wait for bytes: the first token and each gap.
+            timeout=httpx.Timeout(
+                settings.CONTINUITY_OPENAI_REQUEST_TIMEOUT,
+                read=settings.CONTINUITY_OPENAI_IDLE_TIMEOUT,
+            ),
+            max_retries=settings.CONTINUITY_OPENAI_MAX_RETRIES,
+        )
+
+    def plan(self, context: Context) -> dict:
+        return {"facts": self.builtin.facts_in(context.text)}
+
+    def respond(self, context: Context, plan: dict) -> Iterator[str]:
+        idle = settings.CONTINUITY_OPENAI_IDLE_TIMEOUT
+        with self.errors_explained(timeout=f"sent no token for {idle:g} s"):
+            stream = self.client.chat.completions.create(
+                model=self.model,
+                messages=prompt_messages(context),
+                temperature=settings.CONTINUITY_OPENAI_TEMPERATURE,
+                stream=True,
+            )
+            # Closing the stream (also when the attempt is stopped mid-reply and this generator
+            # is closed) drops the connection, which tells the server to stop generating.
+            with stream:
+                for chunk in stream:
+                    for choice in chunk.choices:  # none in a usage-only chunk
+                        if choice.delta and choice.delta.content:
+                            yield choice.delta.content
+
+    def remember(self, context: Context, plan: dict, reply: str) -> dict[str, str]:
+        return plan["facts"]
+
+    def task_state(self, context: Context, plan: dict, reply: str) -> dict | None:
+        return self.builtin.task_state(context, plan, reply)
+
+    def summarize(self, turns: list[Turn], previous_summary: str) -> str:
+        transcript = "\n".join(f"{turn.role}: {turn.text}" for turn in turns)
+        previous = previous_summary.strip() or "(none)"
+        request = f"Previous summary:\n{previous}\n\nNew turns:\n{transcript}"
+        waited = settings.CONTINUITY_OPENAI_REQUEST_TIMEOUT
+        with self.errors_explained(timeout=f"did not answer within {waited:g} s"):
+            completion = self.client.chat.completions.create(
+                model=self.model,
+                messages=[
+                    {"role": "system", "content": SUMMARY_INSTRUCTIONS},
+                    {"role": "user", "content": request},
+                ],
+                temperature=0,
+                # Nothing arrives until the whole summary is written: the idle timeout would
+                # cut it off, so the whole request gets the request timeout instead.
+                timeout=httpx.Timeout(waited),
+            )
+        text = (completion.choices[0].message.content or "").strip() if completion.choices else ""
+        # An empty summary would silently drop the turns it replaces.
+        return text or self.builtin.summarize(turns, previous_summary)
+
+    @contextmanager
+    def errors_explained(self, *, timeout: str) -> Iterator[None]:
+        """Refusals no retry can fix become PermanentError (the message is dead-lettered with
+        the reason); a silent server becomes ModelTimeout. Rate limits, 5xx and connection
+        errors were already retried by the client and fail the attempt as they are."""
+        server = f"The model server at {self.base_url}"
+        try:
+            yield
+        except openai.AuthenticationError as exc:
+            # The server's own text may echo part of the key: it stays out of dead letters.
+            raise PermanentError(f"{server} refused the API key ({exc.status_code}).") from exc
+        except openai.NotFoundError as exc:
+            raise PermanentError(
+                f"{server} has no model {self.model!r} ({exc.status_code}: {detail(exc)})."
+            ) from exc
+        except (
+            openai.PermissionDeniedError,
+            openai.BadRequestError,
+            openai.UnprocessableEntityError,
+        ) as exc:
+            raise PermanentError(
+                f"{server} refused the request for model {self.model!r} "
+                f"({exc.status_code}: {detail(exc)})."
+            ) from exc
+        except (openai.APITimeoutError, httpx.TimeoutException) as exc:
+            # Before the response: APITimeoutError (after the client's retries); mid-stream,
+            # httpx's ReadTimeout comes straight through the stream's iterator.
+            raise ModelTimeout(f"{server} {timeout} (model {self.model!r}).") from exc
+
+
+def detail(exc: openai.APIStatusError) -> str:
+    """The server's own error message (OpenAI's `{"error": {"message": ...}}`)."""
+    body = exc.body
+    if isinstance(body, dict) and isinstance(body.get("message"), str):
+        return clip(body["message"], 200)
+    return clip(exc.response.text or exc.response.reason_phrase, 200)

@@ -1,0 +1,232 @@
+"""The `openai` brain in-process, against the fake OpenAI-compatible server over real HTTP."""
+
+from __future__ import annotations
+
+import re
+import socket
+import time
+from datetime import UTC, datetime
+
+import openai
+import pytest
+
+from chat.brains.openai import ModelTimeout, OpenAIBrain, prompt_messages
+from continuity.brains import Context, HandoffNote, RecoveryNote, Turn, brain_load
+from continuity.errors import PermanentError
+from tests.fake_openai import FakeOpenAI, reply_to
+
+
+@pytest.fixture
+def fake():
+    server = FakeOpenAI(delay=0.01).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def brain(settings, fake) -> OpenAIBrain:
+    settings.CONTINUITY_OPENAI_BASE_URL = fake.url
+    settings.CONTINUITY_OPENAI_API_KEY = fake.api_key
+    settings.CONTINUITY_OPENAI_MODEL = fake.model
+    settings.CONTINUITY_OPENAI_IDLE_TIMEOUT = 5
+    return OpenAIBrain()
+
+
+def context_of(text: str, **fields) -> Context:
+    return Context(owner_id=1, conversation_id=1, message_id=1, attempt=1, text=text, **fields)
+
+
+def full_context() -> Context:
+    return context_of(
+        "What should I do next?",
+        identity="You are Continuity.",
+        facts={"name": "Ada", "goal": "learn Rust"},
+        handoff=HandoffNote(
+            version=3,
+            reason="end_of_turn",
+            written_at=datetime(2025, 1, 2, 21, 13, tzinfo=UTC),
+            current_state="Working on: learn Rust",
+            critical_context=["name: Ada"],
+            next_steps=["Read chapter 4 of the book"],
+            decisions=["Drafted a three-step plan"],
+        ),
+        summary="- You said: “I like tea”",
+        history=[Turn("user", "I finished chapter 3"), Turn("assistant", "Well done!")],
+        pending=[Turn("user", "Also, what about lifetimes?")],
+        recovery=RecoveryNote(
+            kind="crash",
+            label="a crash",
+            interrupted_at=datetime(2025, 1, 2, 21, 14, tzinfo=UTC),
+            down_seconds=12,
+        ),
+    )
+
+
+def test_the_prompt_follows_the_assembly_order():
+    messages = prompt_messages(full_context())
+
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
+    assert [m["content"] for m in messages[1:]] == [
+        "I finished chapter 3",
+        "Well done!",
+        "What should I do next?",
+    ]
+    system = messages[0]["content"]
+    in_order = [
+        "You are Continuity.",
+        "- name: Ada",
+        "### Current State\nWorking on: learn Rust",
+        "1. Read chapter 4 of the book",
+        "- Drafted a three-step plan",
+        "- You said: “I like tea”",
+        "1 more message(s) from the user are queued",
+        "“Also, what about lifetimes?”",
+        "You restarted after a crash",
+    ]
+    positions = [system.index(part) for part in in_order]
+    assert positions == sorted(positions), system
+
+
+def test_a_plain_context_is_the_identity_and_the_message():
+    messages = prompt_messages(context_of("hello", identity="Be kind."))
+
+    assert messages == [
+        {"role": "system", "content": "Be kind."},
+        {"role": "user", "content": "hello"},
+    ]
+
+
+def test_a_question_whose_reply_was_deleted_is_merged_so_roles_alternate():
+    context = context_of("And now?", history=[Turn("user", "First"), Turn("user", "Second")])
+
+    assert [m["role"] for m in prompt_messages(context)] == ["system", "user"]
+    assert prompt_messages(context)[1]["content"] == "First\n\nSecond\n\nAnd now?"
+
+
+def test_respond_streams_the_reply_in_several_chunks(brain, fake):
+    context = context_of("Tell me a story about a fox", identity="Be brief.")
+
+    chunks = list(brain.respond(context, brain.plan(context)))
+
+    assert len(chunks) >= 5 and all(chunks)
+    assert "".join(chunks) == reply_to("Tell me a story about a fox")
+    (request,) = fake.requests
+    assert request["stream"] is True and request["model"] == fake.model
+    assert request["messages"] == prompt_messages(context)
+
+
+def test_plan_remember_and_task_state_keep_memory_without_calling_the_model(brain, fake):
+    context = context_of("My name is Ada and my goal is to learn Rust")
+
+    plan = brain.plan(context)
+
+    assert plan == {"facts": {"name": "Ada", "goal": "learn Rust"}}
+    assert brain.remember(context, plan, "reply") == plan["facts"]
+    state = brain.task_state(context, plan, "reply")
+    assert state["current_state"] == "Working on: learn Rust"
+    assert state["next_steps"]
+    assert brain.task_state(context, brain.plan(context_of("hello")), "reply") is None
+    assert fake.requests == []
+
+
+def test_summarize_asks_the_server_for_a_summary_that_extends_the_previous_one(brain, fake):
+    turns = [Turn("user", "My name is Ada"), Turn("assistant", "Nice to meet you")]
+
+    summary = brain.summarize(turns, "- You said: “I like tea”")
+
+    (request,) = fake.requests
+    assert not request.get("stream")
+    assert request["messages"][0]["role"] == "system"
+    assert "Keep every fact the user stated" in request["messages"][0]["content"]
+    assert "- You said: “I like tea”" in summary  # the fake echoes what it was asked
+    assert "user: My name is Ada" in summary
+
+
+def test_a_wrong_key_is_a_permanent_error_naming_the_server(settings, brain, fake):
+    settings.CONTINUITY_OPENAI_API_KEY = "sk-wrong"
+    brain = OpenAIBrain()
+
+    with pytest.raises(PermanentError) as raised:
+        list(brain.respond(context_of("hello"), {"facts": {}}))
+
+    assert str(raised.value) == f"The model server at {fake.url} refused the API key (401)."
+    assert len(fake.requests) == 1  # refusals are not retried
+
+
+def test_an_unknown_model_is_a_permanent_error(settings, brain, fake):
+    settings.CONTINUITY_OPENAI_MODEL = "no-such-model"
+    brain = OpenAIBrain()
+
+    with pytest.raises(PermanentError, match=re.escape(f"at {fake.url} has no model")) as raised:
+        list(brain.respond(context_of("hello"), {"facts": {}}))
+    assert "'no-such-model' (404: The model `no-such-model` does not exist.)" in str(raised.value)
+
+    with pytest.raises(PermanentError, match="has no model 'no-such-model'"):
+        brain.summarize([Turn("user", "hello")], "")
+
+
+def test_a_bad_request_is_a_permanent_error(brain, fake):
+    fake.fail_next(400)
+
+    with pytest.raises(PermanentError, match=r"refused the request for model 'fake-model' \(400"):
+        list(brain.respond(context_of("hello"), {"facts": {}}))
+
+
+@pytest.mark.parametrize("status", [500, 429, 503])
+def test_a_transient_error_is_retried_by_the_client_and_yields_one_reply(brain, fake, status):
+    fake.fail_next(status)
+
+    reply = "".join(brain.respond(context_of("hello there"), {"facts": {}}))
+
+    assert reply == reply_to("hello there")
+    assert len(fake.requests) == 2
+
+
+def test_when_the_client_runs_out_of_retries_the_error_fails_the_attempt(settings, fake):
+    settings.CONTINUITY_OPENAI_BASE_URL = fake.url
+    settings.CONTINUITY_OPENAI_API_KEY = fake.api_key
+    settings.CONTINUITY_OPENAI_MODEL = fake.model
+    settings.CONTINUITY_OPENAI_MAX_RETRIES = 1
+    fake.fail_next(500, times=2)
+
+    with pytest.raises(openai.InternalServerError):
+        list(OpenAIBrain().respond(context_of("hello"), {"facts": {}}))
+    assert len(fake.requests) == 2
+
+
+def test_a_server_that_is_down_is_a_connection_error_not_a_permanent_one(settings):
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    settings.CONTINUITY_OPENAI_BASE_URL = f"http://127.0.0.1:{port}/v1"
+    settings.CONTINUITY_OPENAI_MAX_RETRIES = 0
+
+    with pytest.raises(openai.APIConnectionError) as raised:
+        list(OpenAIBrain().respond(context_of("hello"), {"facts": {}}))
+    assert not isinstance(raised.value, PermanentError)
+
+
+def test_a_stalled_stream_raises_at_the_idle_timeout(settings, brain, fake):
+    settings.CONTINUITY_OPENAI_IDLE_TIMEOUT = 1
+    brain = OpenAIBrain()
+    fake.stall_after(words=3)
+    received: list[str] = []
+
+    started = time.monotonic()
+    with pytest.raises(ModelTimeout) as raised:
+        for chunk in brain.respond(context_of("one two three four five"), {"facts": {}}):
+            received.append(chunk)
+    waited = time.monotonic() - started
+
+    assert str(raised.value) == (
+        f"The model server at {fake.url} sent no token for 1 s (model 'fake-model')."
+    )
+    assert received == ["You ", "said: ", "one "]
+    assert 1 <= waited < 5, waited
+    assert len(fake.requests) == 1  # a stream that went silent is not resent by the client
+
+
+def test_the_openai_brain_is_registered(settings):
+    settings.CONTINUITY_BRAIN = "openai"
+
+    assert isinstance(brain_load(), OpenAIBrain)

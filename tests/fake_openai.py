@@ -1,0 +1,207 @@
+"""A small OpenAI-compatible server for the tests: real HTTP, real streaming, faults on demand.
+
+It runs on a thread of the test process; worker subprocesses reach it over TCP at `.url`.
+Streamed replies are Server-Sent Events in the `chat.completion.chunk` format, one word per
+chunk, sent with HTTP/1.1 chunked transfer encoding as vLLM and Ollama send them, ending with
+`data: [DONE]`. The reply is "You said: <the last user message>", so a test can tell which
+message a reply answers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import threading
+import time
+import uuid
+from functools import partial
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+WORD = re.compile(r"\S+\s*")
+# Status → (type, code) of the error body, as OpenAI sends them.
+ERRORS = {
+    400: ("invalid_request_error", None),
+    401: ("invalid_request_error", "invalid_api_key"),
+    404: ("invalid_request_error", "model_not_found"),
+    429: ("rate_limit_error", "rate_limit_exceeded"),
+    500: ("server_error", None),
+    503: ("server_error", None),
+}
+
+
+def reply_to(text: str) -> str:
+    return f"You said: {text}"
+
+
+class FakeOpenAI:
+    def __init__(
+        self, *, api_key: str = "test-key", model: str = "fake-model", delay: float = 0.02
+    ) -> None:
+        self.api_key = api_key
+        self.model = model
+        self.delay = delay  # seconds between streamed words
+        self.requests: list[dict] = []  # JSON bodies of chat completion requests, in order
+        self.lock = threading.Lock()
+        self.failures: list[int] = []
+        self.stalls: list[int] = []
+        self.released = threading.Event()
+        self.server: ThreadingHTTPServer | None = None
+
+    @property
+    def url(self) -> str:
+        host, port = self.server.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def start(self) -> FakeOpenAI:
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler_for(self))
+        self.server.daemon_threads = True
+        serve = partial(self.server.serve_forever, poll_interval=0.05)  # a quick `stop()`
+        threading.Thread(target=serve, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        self.released.set()  # stalled replies end, so their threads do too
+        self.server.shutdown()
+        self.server.server_close()
+
+    def fail_next(self, status: int, *, times: int = 1) -> None:
+        """The next `times` chat completion requests get `status` with an OpenAI error body."""
+        with self.lock:
+            self.failures += [status] * times
+
+    def stall_after(self, *, words: int, times: int = 1) -> None:
+        """The next `times` streamed replies go silent after `words` words, until `stop()`."""
+        with self.lock:
+            self.stalls += [words] * times
+
+    def chat_requests(self) -> int:
+        with self.lock:
+            return len(self.requests)
+
+    def take(self, queue: list[int]) -> int | None:
+        with self.lock:
+            return queue.pop(0) if queue else None
+
+    def record(self, body: dict) -> None:
+        with self.lock:
+            self.requests.append(body)
+
+
+def handler_for(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
+    class Handler(OpenAIHandler):
+        pass
+
+    Handler.fake = fake
+    return Handler
+
+
+class OpenAIHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive and chunked streams, as real servers do
+    fake: FakeOpenAI
+
+    def log_message(self, format: str, *args) -> None:
+        pass  # keep the test output clean
+
+    def do_GET(self) -> None:
+        if self.path.rstrip("/") != "/v1/models":
+            return self.error(404, "Not found.", type_="invalid_request_error")
+        if not self.authorized():
+            return None
+        model = {"id": self.fake.model, "object": "model", "created": 0, "owned_by": "fake"}
+        return self.json(200, {"object": "list", "data": [model]})
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+        if self.path.rstrip("/") != "/v1/chat/completions":
+            return self.error(404, "Not found.", type_="invalid_request_error")
+        self.fake.record(body)
+        if not self.authorized():
+            return None
+        if (status := self.fake.take(self.fake.failures)) is not None:
+            return self.error(status, f"Failing on purpose with {status}.")
+        if body.get("model") != self.fake.model:
+            return self.error(404, f"The model `{body.get('model')}` does not exist.")
+        text = reply_to(last_user_text(body.get("messages") or []))
+        if body.get("stream"):
+            return self.stream(text)
+        return self.json(200, completion(self.fake.model, text))
+
+    def authorized(self) -> bool:
+        if self.headers.get("Authorization") == f"Bearer {self.fake.api_key}":
+            return True
+        self.error(401, "Incorrect API key provided.")
+        return False
+
+    def stream(self, text: str) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        stall = self.fake.take(self.fake.stalls)
+        chunk_id = f"chatcmpl-{uuid.uuid4().hex}"
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # the client left
+            self.event(chunk(chunk_id, self.fake.model, {"role": "assistant", "content": ""}))
+            for index, word in enumerate(WORD.findall(text)):
+                if index == stall:
+                    self.fake.released.wait()
+                    self.close_connection = True
+                    return
+                time.sleep(self.fake.delay)
+                self.event(chunk(chunk_id, self.fake.model, {"content": word}))
+            self.event(chunk(chunk_id, self.fake.model, {}, finish_reason="stop"))
+            self.send_chunk(b"data: [DONE]\n\n")
+            self.send_chunk(b"")
+
+    def event(self, data: dict) -> None:
+        self.send_chunk(f"data: {json.dumps(data)}\n\n".encode())
+
+    def send_chunk(self, data: bytes) -> None:
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
+
+    def json(self, status: int, data: dict) -> None:
+        payload = json.dumps(data).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def error(self, status: int, message: str, *, type_: str | None = None) -> None:
+        kind, code = ERRORS.get(status, ("api_error", None))
+        error = {"message": message, "type": type_ or kind, "param": None, "code": code}
+        self.json(status, {"error": error})
+
+
+def last_user_text(messages: list[dict]) -> str:
+    users = [m.get("content") or "" for m in messages if m.get("role") == "user"]
+    return users[-1] if users else ""
+
+
+def chunk(chunk_id: str, model: str, delta: dict, *, finish_reason: str | None = None) -> dict:
+    return {
+        "id": chunk_id,
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
+    }
+
+
+def completion(model: str, text: str) -> dict:
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+    }
