@@ -17,6 +17,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from continuity.delivery.conversations import (
     conversation_archive,
+    conversation_brain_set,
     conversation_delete,
     conversation_rename,
 )
@@ -30,6 +31,7 @@ from continuity.selectors import (
 )
 
 from .exports import export_json, export_markdown
+from .forms import BrainForm
 from .views import login_required_or_401
 
 PAGE_SIZE = 50
@@ -61,6 +63,20 @@ def conversation_rename_view(request: HttpRequest, pk: int) -> HttpResponse:
         messages.error(request, f"Not renamed: {error}")
     if request.htmx:
         return render(request, "chat/conversation.html#title", {"conversation": conversation})
+    return back_to(conversation)
+
+
+@require_POST
+@login_required_or_401
+def conversation_brain_view(request: HttpRequest, pk: int) -> HttpResponse:
+    conversation = own_conversation(request, pk)
+    form = BrainForm(request.POST)
+    if form.is_valid():
+        conversation_brain_set(conversation=conversation, brain=form.cleaned_data["brain"])
+        label = dict(form.fields["brain"].choices)[form.cleaned_data["brain"]]
+        messages.success(request, f"The next messages are answered by {label}.")
+    else:
+        messages.error(request, "Pick one of the assistants offered.")
     return back_to(conversation)
 
 

@@ -4,6 +4,7 @@ import uuid
 
 from django import forms
 
+from continuity.brains import brain_choices
 from continuity.delivery.inbox import message_clean_text
 from continuity.errors import InvalidMessage
 
@@ -30,6 +31,22 @@ class MessageForm(forms.Form):
             return message_clean_text(self.cleaned_data["text"])
         except InvalidMessage as error:
             raise forms.ValidationError(str(error)) from error
+
+
+class NewConversationForm(MessageForm):
+    brain = forms.ChoiceField(label="Assistant", required=False)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["brain"].choices = brain_choices()
+
+
+class BrainForm(forms.Form):
+    brain = forms.ChoiceField(label="Assistant")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["brain"].choices = brain_choices()
 
 
 class MemoryFactForm(forms.Form):

@@ -3,6 +3,7 @@ from __future__ import annotations
 import uuid
 from functools import wraps
 
+from django.conf import settings
 from django.contrib.auth import login
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.forms import UserCreationForm
@@ -25,7 +26,7 @@ from continuity.selectors import (
     sidebar_conversations_of,
 )
 
-from .forms import MessageForm
+from .forms import BrainForm, MessageForm, NewConversationForm
 from .throttles import rate_limit_wait
 
 PAGE = "chat/conversation.html"
@@ -65,6 +66,9 @@ def page_context(request: HttpRequest, conversation: Conversation | None, form: 
         context["synced_up_to"] = newest_message_id(conversation)
         context["exchanges"] = exchanges_of(conversation)
         context.update(conversation_status(conversation))
+        context["brain_form"] = BrainForm(
+            initial={"brain": conversation.brain or settings.CONTINUITY_BRAIN}
+        )
     return context
 
 
@@ -100,7 +104,7 @@ def composer_conflict(
 ) -> HttpResponse:
     """409 for a known client id with other text: the text stays, under a new client id, so
     the next Enter sends it as a new message instead of being discarded as a resubmission."""
-    form = MessageForm({"text": form.data["text"], "client_id": str(uuid.uuid4())})
+    form = type(form)({**form.data.dict(), "client_id": str(uuid.uuid4())})
     form.is_valid()
     form.add_error("text", str(error))
     return composer_invalid(request, conversation, form, status=409)
@@ -123,14 +127,14 @@ def signup(request: HttpRequest) -> HttpResponse:
 @require_GET
 @login_required
 def home(request: HttpRequest) -> HttpResponse:
-    return render(request, PAGE, page_context(request, None, MessageForm.blank()))
+    return render(request, PAGE, page_context(request, None, NewConversationForm.blank()))
 
 
 @never_cache
 @require_POST
 @login_required_or_401
 def conversation_new(request: HttpRequest) -> HttpResponse:
-    form = MessageForm(request.POST)
+    form = NewConversationForm(request.POST)
     if not form.is_valid():
         return composer_invalid(request, None, form)
     if refused := composer_too_fast(request, None, form, "new_conversation"):
@@ -140,6 +144,7 @@ def conversation_new(request: HttpRequest) -> HttpResponse:
             owner=request.user,
             text=form.cleaned_data["text"],
             client_id=form.cleaned_data["client_id"],
+            brain=form.cleaned_data["brain"],
         )
     except ClientIdReused as error:
         return composer_conflict(request, None, form, error)

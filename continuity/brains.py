@@ -82,8 +82,19 @@ class Brain(Protocol):
         user stated, since the turns leave the prompt."""
 
 
-def brain_load() -> Brain:
-    name = settings.CONTINUITY_BRAIN
+def brain_choices() -> list[tuple[str, str]]:
+    """The brains a person may pick, as (name, label): the label names the model when the
+    brain says which (a `label()` class method), else the brain's name."""
+    choices = []
+    for name in settings.CONTINUITY_BRAIN_CHOICES:
+        brain = import_string(settings.CONTINUITY_BRAINS[name])
+        choices.append((name, brain.label() if hasattr(brain, "label") else name))
+    return choices
+
+
+def brain_load(name: str = "") -> Brain:
+    """The named brain, or the configured default for an empty name."""
+    name = name or settings.CONTINUITY_BRAIN
     try:
         path = settings.CONTINUITY_BRAINS[name]
     except KeyError:

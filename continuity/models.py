@@ -32,6 +32,11 @@ class Conversation(models.Model):
     enqueued_at = models.DateTimeField(
         null=True, blank=True, help_text="When a drain task was last sent for this conversation."
     )
+    brain = models.CharField(
+        max_length=64,
+        blank=True,
+        help_text="The brain its owner picked (a CONTINUITY_BRAINS name); empty: CONTINUITY_BRAIN.",
+    )
     archived_at = models.DateTimeField(
         null=True,
         blank=True,

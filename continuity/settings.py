@@ -275,6 +275,9 @@ CONTINUITY_BRAINS = {
     "builtin": "chat.brains.builtin.BuiltinBrain",
     "openai": "chat.brains.openai.OpenAIBrain",
 }
+# The brains a person may pick for a conversation (the first is the default for new ones);
+# a conversation without a choice uses CONTINUITY_BRAIN.
+CONTINUITY_BRAIN_CHOICES = env_list("CONTINUITY_BRAIN_CHOICES", CONTINUITY_BRAIN)
 # The `openai` brain: any OpenAI-compatible /v1/chat/completions server (README "Model backends").
 CONTINUITY_OPENAI_BASE_URL = os.environ.get(
     "CONTINUITY_OPENAI_BASE_URL", "http://127.0.0.1:11434/v1"

@@ -98,6 +98,10 @@ def goal_plan(goal: str) -> list[str]:
 
 
 class BuiltinBrain:
+    @classmethod
+    def label(cls) -> str:
+        return "Built-in assistant (rules, no model)"
+
     def plan(self, context: Context) -> dict:
         text = context.text
         facts = self.facts_in(text)

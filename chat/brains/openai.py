@@ -82,6 +82,10 @@ def alternating(turns: list[Turn]) -> list[dict[str, str]]:
 
 
 class OpenAIBrain:
+    @classmethod
+    def label(cls) -> str:
+        return f"{settings.CONTINUITY_OPENAI_MODEL} (model server)"
+
     def __init__(self) -> None:
         self.base_url = settings.CONTINUITY_OPENAI_BASE_URL
         self.model = settings.CONTINUITY_OPENAI_MODEL

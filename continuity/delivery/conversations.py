@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models.functions import Now
 from django.utils import timezone
@@ -126,3 +127,11 @@ def conversation_delete(*, conversation: Conversation) -> None:
     Conversation.objects.filter(pk=conversation_id).delete()
     logger.info("Conversation %s deleted by its owner", conversation_id)
     transaction.on_commit(lambda: publish_conversation_deleted(conversation_id=conversation_id))
+
+
+def conversation_brain_set(*, conversation: Conversation, brain: str) -> None:
+    """Answer this conversation's next messages with another of the offered brains."""
+    if brain not in settings.CONTINUITY_BRAIN_CHOICES:
+        raise InvalidMessage(f"“{brain}” is not one of the assistants offered here.")
+    Conversation.objects.filter(pk=conversation.pk).update(brain=brain)
+    conversation.brain = brain

@@ -206,15 +206,16 @@ def same_text_or_refuse(existing: Message, text: str) -> Message:
     return existing
 
 
-def conversation_start(*, owner, text: str, client_id: uuid.UUID) -> Conversation:
-    """Create a conversation with its first message; a resubmit returns the same conversation."""
+def conversation_start(*, owner, text: str, client_id: uuid.UUID, brain: str = "") -> Conversation:
+    """Create a conversation with its first message; a resubmit returns the same conversation.
+    `brain`: one of CONTINUITY_BRAIN_CHOICES, or empty for the default."""
     text = message_clean_text(text)
     existing = Conversation.objects.filter(owner=owner, client_id=client_id).first()
     if existing is None:
         try:
             with transaction.atomic():
                 conversation = Conversation.objects.create(
-                    owner=owner, title=title_from_text(text), client_id=client_id
+                    owner=owner, title=title_from_text(text), client_id=client_id, brain=brain
                 )
                 message_accept(conversation=conversation, text=text, client_id=client_id)
             return conversation

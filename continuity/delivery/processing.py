@@ -26,7 +26,7 @@ from ..context.memory import memory_remember
 from ..context.recoveries import recovery_note, recovery_record
 from ..errors import DATABASE_LOST, AttemptStopped, PermanentError
 from ..live.events import publish_reply_chunk
-from ..models import Checkpoint, Message, ReplyChunk, Run
+from ..models import Checkpoint, Conversation, Message, ReplyChunk, Run
 from .attempts import (
     attempt_begin,
     attempt_end,
@@ -46,7 +46,8 @@ DATABASE_ERRORS = (OperationalError, InterfaceError)
 def drain_conversation(*, conversation_id: int, node: str = "") -> None:
     """Answer the conversation's oldest pending message; a follow-up task takes the next one."""
     # A brain that cannot load is this worker's fault, not the message's: fail before an attempt.
-    brain = brain_load()
+    chosen = Conversation.objects.filter(pk=conversation_id).values_list("brain", flat=True)
+    brain = brain_load(chosen.first() or "")
     run = attempt_begin(conversation_id=conversation_id, node=node)
     if run is not None:
         attempt_execute(run=run, brain=brain)

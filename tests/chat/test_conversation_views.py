@@ -172,3 +172,43 @@ def test_the_sidebar_shows_the_newest_fifty_and_links_to_the_rest(chat):
     assert "6 older conversations" in home
     second = client.get(reverse("chat:conversations"), {"page": 2}).content.decode()
     assert second.count("data-conversation=") == 6
+
+
+def test_a_person_picks_the_assistant_of_a_conversation(chat, settings):
+    settings.CONTINUITY_BRAIN_CHOICES = ["builtin", "openai"]
+    client = client_for("owner", chat)
+    page = client.get(reverse("chat:conversation", args=[chat.pk])).content.decode()
+    assert "Assistant for the next messages" in page and "(model server)" in page
+    client.post(reverse("chat:brain", args=[chat.pk]), {"brain": "openai"})
+    chat.refresh_from_db()
+    assert chat.brain == "openai"
+    client.post(reverse("chat:brain", args=[chat.pk]), {"brain": "faulty"})  # not offered
+    chat.refresh_from_db()
+    assert chat.brain == "openai"
+    assert (
+        client_for("other user", chat)
+        .post(reverse("chat:brain", args=[chat.pk]), {"brain": "builtin"})
+        .status_code
+        == 404
+    )
+
+
+def test_a_new_conversation_starts_with_the_picked_assistant(chat, settings):
+    settings.CONTINUITY_BRAIN_CHOICES = ["builtin", "openai"]
+    client = client_for("owner", chat)
+    assert 'name="brain"' in client.get(reverse("chat:home")).content.decode()
+    client.post(
+        reverse("chat:conversation_new"),
+        {"text": "hello", "client_id": str(uuid.uuid4()), "brain": "openai"},
+    )
+    assert Conversation.objects.get(title="hello").brain == "openai"
+
+
+def test_with_one_assistant_there_is_nothing_to_pick(chat, settings):
+    settings.CONTINUITY_BRAIN_CHOICES = ["builtin"]
+    client = client_for("owner", chat)
+    assert 'name="brain"' not in client.get(reverse("chat:home")).content.decode()
+    assert (
+        'name="brain"'
+        not in client.get(reverse("chat:conversation", args=[chat.pk])).content.decode()
+    )

@@ -12,7 +12,7 @@ from django.utils import timezone
 from chat.brains.builtin import BuiltinBrain
 from continuity.delivery.inbox import message_accept
 from continuity.delivery.processing import drain_conversation
-from continuity.models import Checkpoint, Message, ReplyChunk, Run
+from continuity.models import Checkpoint, Conversation, Message, ReplyChunk, Run
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -163,3 +163,11 @@ def test_memory_rows_are_locked_in_key_order_whatever_order_the_brain_gives(conv
         if f"'{key}'" in query["sql"]
     ]
     assert keys == ["goal", "likes", "name"]
+
+
+def test_a_conversation_is_answered_by_the_brain_its_owner_picked(conversation):
+    Conversation.objects.filter(pk=conversation.pk).update(brain="faulty")
+    message = send(conversation, "[[invalid]] hello")  # only the faulty brain refuses this
+    drain_conversation(conversation_id=conversation.pk)
+    message.refresh_from_db()
+    assert message.state == "dead" and "PermanentError" in message.dead_letter.reason
