@@ -14,10 +14,11 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
+from continuity.delivery.attempts import reply_stop
 from continuity.delivery.conversations import conversation_retry_now
 from continuity.delivery.inbox import conversation_start, message_accept
 from continuity.errors import ClientIdReused, InvalidTransition
-from continuity.models import Conversation
+from continuity.models import Conversation, Message
 from continuity.selectors import (
     conversation_status,
     conversations_of,
@@ -207,6 +208,24 @@ def retry_now(request: HttpRequest, pk: int) -> HttpResponse:
         return redirect(conversation_url(conversation))
     conversation.refresh_from_db()
     return render(request, f"{PAGE}#status", conversation_status(conversation), status=status)
+
+
+@never_cache
+@require_POST
+@login_required_or_401
+def reply_stop_view(request: HttpRequest, pk: int, message_pk: int) -> HttpResponse:
+    """*Stop* while a reply is written: 204 (the page learns the outcome over its websocket),
+    or 409 when nothing is being written any more (finished, or not begun)."""
+    conversation = get_object_or_404(conversations_of(request.user), pk=pk)
+    message = get_object_or_404(conversation.messages, pk=message_pk, role=Message.Role.USER)
+    try:
+        reply_stop(message=message)
+        status = 204
+    except InvalidTransition:
+        status = 409
+    if not request.htmx:
+        return redirect(conversation_url(conversation))
+    return HttpResponse(status=status)
 
 
 def conversation_url(conversation: Conversation) -> str:

@@ -99,6 +99,10 @@ class Message(models.Model):
         related_name="reply",
         help_text="For assistant messages: the user message answered. One reply per message.",
     )
+    stopped = models.BooleanField(
+        default=False,
+        help_text="For a reply: its owner stopped it; the text is what was written until then.",
+    )
     reasked_from = models.ForeignKey(
         "self",
         null=True,
@@ -135,6 +139,7 @@ class Run(models.Model):
         CRASHED = "crashed", "Crashed"
         INTERRUPTED = "interrupted", "Interrupted (planned shutdown or database outage)"
         FAILED = "failed", "Failed"
+        STOPPED = "stopped", "Stopped by the user"
 
     conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="runs")
     message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="runs")

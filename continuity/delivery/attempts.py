@@ -18,7 +18,7 @@ from django.db.models import BooleanField, DateTimeField, ExpressionWrapper, Q
 from django.db.models.functions import Now
 
 from ..context.handoffs import handoff_after_interruption, handoff_after_turn
-from ..errors import DATABASE_LOST, AttemptStopped
+from ..errors import DATABASE_LOST, AttemptStopped, InvalidTransition
 from ..live.events import publish_message_changed
 from ..models import Conversation, CrashRecord, Handoff, Message, Run
 from ..ops.faults import fault_point
@@ -256,3 +256,43 @@ def conversation_back_off_or_pause(
     Conversation.objects.filter(pk=conversation.pk).update(
         retry_at=db_now_plus(backoff_delay(failures))
     )
+
+
+def reply_stop(*, message: Message) -> Message:
+    """The person stopped the reply being written to `message`: keep what was written as the
+    reply, marked stopped; nothing is retried, and the next queued message goes on.
+
+    The attempt learns it at its next write or heartbeat (its run is no longer running) and
+    ends without writing anything more: every write of an attempt is fenced on its run's
+    state. A stopped turn stores no new memory or handoff; the exchange stays in the history."""
+    with transaction.atomic():
+        conversation_lock(message.conversation_id)
+        run = Run.objects.select_for_update().filter(message=message, state=Run.State.RUNNING)
+        run = run.first()
+        if run is None:
+            raise InvalidTransition(f"No reply is being written to message {message.pk}.")
+        written = run.reply_chunks.order_by("seq").values_list("text", flat=True)
+        reply = Message.objects.create(
+            conversation_id=message.conversation_id,
+            role=Message.Role.ASSISTANT,
+            text="".join(written),
+            state=Message.State.DONE,
+            reply_to=message,
+            stopped=True,
+        )
+        Run.objects.filter(pk=run.pk).update(
+            state=Run.State.STOPPED, ended_at=Now(), error="Stopped by the user."
+        )
+        message_bump(message_id=message.pk, state=Message.State.DONE)
+        Conversation.objects.filter(pk=message.conversation_id).update(
+            retry_at=None, updated_at=Now()
+        )
+        if pending_messages(message.conversation_id).exclude(pk=message.pk).exists():
+            conversation_enqueue(conversation_id=message.conversation_id)
+        transaction.on_commit(
+            lambda: publish_message_changed(
+                conversation_id=message.conversation_id, message_id=message.pk
+            )
+        )
+    logger.info("Run %s of message %s stopped by its owner", run.pk, message.pk)
+    return reply
