@@ -10,6 +10,7 @@ urlpatterns = [
     path("c/<int:pk>/messages/", views.message_send, name="message_send"),
     path("c/<int:pk>/retry-now/", views.retry_now, name="retry_now"),
     path("c/<int:pk>/messages/<int:message_pk>/stop/", views.reply_stop_view, name="stop"),
+    path("c/<int:pk>/messages/<int:message_pk>/retry/", views.message_retry_view, name="retry"),
     path("c/<int:pk>/rename/", conversation_views.conversation_rename_view, name="rename"),
     path("c/<int:pk>/brain/", conversation_views.conversation_brain_view, name="brain"),
     path("c/<int:pk>/archive/", conversation_views.conversation_archive_view, name="archive"),

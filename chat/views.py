@@ -16,9 +16,10 @@ from django_htmx.http import HttpResponseClientRedirect
 
 from continuity.delivery.attempts import reply_stop
 from continuity.delivery.conversations import conversation_retry_now
+from continuity.delivery.dead_letters import dead_letter_retry
 from continuity.delivery.inbox import conversation_start, message_accept
 from continuity.errors import ClientIdReused, InvalidTransition
-from continuity.models import Conversation, Message
+from continuity.models import Conversation, DeadLetter, Message
 from continuity.selectors import (
     conversation_status,
     conversations_of,
@@ -223,6 +224,27 @@ def reply_stop_view(request: HttpRequest, pk: int, message_pk: int) -> HttpRespo
         status = 204
     except InvalidTransition:
         status = 409
+    if not request.htmx:
+        return redirect(conversation_url(conversation))
+    return HttpResponse(status=status)
+
+
+@never_cache
+@require_POST
+@login_required_or_401
+def message_retry_view(request: HttpRequest, pk: int, message_pk: int) -> HttpResponse:
+    """*Retry* on the person's own message that could not be processed: it is asked again at
+    the end of the conversation, as staff would (the dead letter records who and why)."""
+    conversation = get_object_or_404(conversations_of(request.user), pk=pk)
+    message = get_object_or_404(
+        conversation.messages, pk=message_pk, role=Message.Role.USER, state=Message.State.DEAD
+    )
+    dead_letter = get_object_or_404(DeadLetter, message=message)
+    try:
+        dead_letter_retry(dead_letter=dead_letter, by=request.user, reason="Retried by its owner.")
+        status = 204
+    except InvalidTransition:
+        status = 409  # staff (or another tab) dealt with it first: the page shows how
     if not request.htmx:
         return redirect(conversation_url(conversation))
     return HttpResponse(status=status)

@@ -68,14 +68,16 @@
     awaitingSync.delete(Number(incoming.dataset.messageId));
     progressed(incoming.dataset.messageId);
     if (current) {
-      if (!olderThan(rank(incoming), rank(current))) current.replaceWith(incoming);
-      return;
+      if (olderThan(rank(incoming), rank(current))) return;
+      current.replaceWith(incoming);
+    } else {
+      const id = Number(incoming.dataset.messageId);
+      const next = [...box.querySelectorAll("[data-exchange]")].find(
+        (el) => Number(el.dataset.messageId) > id,
+      );
+      box.insertBefore(incoming, next || null);
     }
-    const id = Number(incoming.dataset.messageId);
-    const next = [...box.querySelectorAll("[data-exchange]")].find(
-      (el) => Number(el.dataset.messageId) > id,
-    );
-    box.insertBefore(incoming, next || null);
+    htmx.process(incoming); // its Stop and Retry forms post with htmx (and the CSRF header)
   }
 
   function upsertFragment(fragment) {

@@ -70,3 +70,26 @@ def test_mail_printed_to_the_console_notifies_nobody(owner_client, conversation,
     settings.ADMINS = [("Ops", "ops@example.com")]
     settings.EMAIL_BACKEND = "django.core.mail.backends.console.EmailBackend"
     assert "It is set aside for staff to review" in page(owner_client, conversation)
+
+
+def test_the_owner_retries_their_failed_message(owner_client, conversation):
+    from continuity.models import Message, StaffAction
+
+    dead_letter = dead_letter_make(conversation)
+    url = reverse("chat:retry", args=[conversation.pk, dead_letter.message_id])
+    assert "data-retry-message" in page(owner_client, conversation)
+    assert owner_client.post(url, headers={"HX-Request": "true"}).status_code == 204
+    reask = Message.objects.get(reasked_from=dead_letter.message_id)
+    assert reask.text == dead_letter.message.text
+    action = StaffAction.objects.get()
+    assert (action.actor, action.reason) == (conversation.owner, "Retried by its owner.")
+    assert owner_client.post(url, headers={"HX-Request": "true"}).status_code == 409
+    assert "data-retry-message" not in page(owner_client, conversation)
+
+
+def test_only_the_owner_retries(client, conversation, other_user):
+    dead_letter = dead_letter_make(conversation)
+    url = reverse("chat:retry", args=[conversation.pk, dead_letter.message_id])
+    assert client.post(url, headers={"HX-Request": "true"}).status_code == 401
+    client.force_login(other_user)
+    assert client.post(url, headers={"HX-Request": "true"}).status_code == 404

@@ -1,0 +1,53 @@
+"""Per-reply controls in a real browser: Stop while a reply streams, Retry a failed message."""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from continuity.models import Message, Run
+from tests.browser.helpers import log_in
+from tests.dashboard.console import dead_letter_make
+from tests.factories import ConversationFactory, UserFactory
+from tests.processes import WebProcess, WorkerProcess
+from tests.test_faults import LONG_REPLY
+from tests.waiting import wait_for
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def site(processes):
+    processes.add(WorkerProcess(CONTINUITY_BUILTIN_TOKEN_DELAY="0.1"))
+    return processes.add(WebProcess())
+
+
+def test_stop_keeps_the_partial_reply_and_marks_it(page: Page, site):
+    UserFactory(username="ann")
+    log_in(page, site, "ann")
+    page.get_by_label("Message").fill(LONG_REPLY)
+    page.keyboard.press("Enter")
+    expect(page.locator("[data-streaming] .streamed")).not_to_be_empty()
+    page.get_by_role("button", name="Stop").click()
+    expect(page.locator("[data-stopped]")).to_contain_text("Stopped: this reply was cut short")
+    expect(page.get_by_role("button", name="Stop")).to_have_count(0)
+    message = Message.objects.get(text=LONG_REPLY)
+    reply = wait_for(
+        lambda: Message.objects.filter(reply_to=message).first(), timeout=10, what="the reply"
+    )
+    assert reply.stopped and reply.text
+    assert list(Run.objects.filter(message=message).values_list("state", flat=True)) == ["stopped"]
+    page.reload()
+    expect(page.locator("[data-stopped]")).to_have_count(1)
+
+
+def test_retry_asks_a_failed_message_again(page: Page, site):
+    owner = UserFactory(username="bea")
+    chat = ConversationFactory(owner=owner, title="Retry me")
+    dead_letter = dead_letter_make(chat, "My name is Bea")
+    log_in(page, site, "bea")
+    page.goto(f"{site.url}/c/{chat.pk}/")
+    page.get_by_role("button", name="Retry").click()
+    expect(page.locator('[data-outcome="retried"]')).to_be_visible()
+    expect(page.locator(".bubble.assistant")).to_contain_text("Nice to meet you, Bea")
+    assert Message.objects.get(reasked_from=dead_letter.message_id).state == "done"
