@@ -77,6 +77,9 @@ class Brain(Protocol):
         """The handoff sections after this turn (current_state, critical_context, next_steps,
         decisions; lists one item per line), or None when the task state did not change."""
 
+    def title(self, context: Context, reply: str) -> str:
+        """A short title for a conversation that begins with this exchange."""
+
     def summarize(self, turns: list[Turn], previous_summary: str) -> str:
         """A summary of `turns` that extends `previous_summary`; it must keep every fact the
         user stated, since the turns leave the prompt."""

@@ -32,6 +32,9 @@ class Conversation(models.Model):
     enqueued_at = models.DateTimeField(
         null=True, blank=True, help_text="When a drain task was last sent for this conversation."
     )
+    titled_by_owner = models.BooleanField(
+        default=False, help_text="Renamed by its owner: the brain no longer sets the title."
+    )
     brain = models.CharField(
         max_length=64,
         blank=True,

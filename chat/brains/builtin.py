@@ -37,6 +37,7 @@ ASK_MEMORY = re.compile(
 ASK_RECAP = re.compile(
     r"\b(?:where were we|recap|summari[sz]e|what were we (?:doing|talking))", re.I
 )
+TITLE_WORDS = 8
 GREETING = re.compile(r"^\s*(?:hi|hello|hey|good (?:morning|afternoon|evening))\b", re.I)
 THANKS = re.compile(r"\b(?:thanks|thank you|cheers)\b", re.IGNORECASE)
 HELP = re.compile(r"^\s*(?:help|\?|what can you do)\s*\??\s*$", re.IGNORECASE)
@@ -276,6 +277,19 @@ class BuiltinBrain:
             "next_steps": steps or (goal_plan(goal) if goal else []),
             "decisions": decisions,
         }
+
+    def title(self, context: Context, reply: str) -> str:
+        """The goal when one was stated; else the first sentence, without a greeting, at most
+        TITLE_WORDS words."""
+        if goal := self.facts_in(context.text).get("goal"):
+            return goal[0].upper() + goal[1:]
+        text = GREETING.sub("", context.text).lstrip(" ,!.-")
+        sentence = re.split(r"(?<=[.!?])\s", text.strip(), maxsplit=1)[0].rstrip(".!")
+        words = sentence.split()
+        if not words:
+            return context.text
+        title = " ".join(words[:TITLE_WORDS]) + ("…" if len(words) > TITLE_WORDS else "")
+        return title[0].upper() + title[1:]
 
     def summarize(self, turns: list[Turn], previous_summary: str) -> str:
         """Extractive and deterministic: every sentence in which the user stated a fact

@@ -8,6 +8,7 @@ is remembered whatever the model makes of it.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -20,6 +21,11 @@ from continuity.brains import Context, Turn
 from continuity.errors import PermanentError
 from continuity.models import handoff_markdown
 
+logger = logging.getLogger(__name__)
+TITLE_INSTRUCTIONS = (
+    "Write a title of two to six words for the conversation that starts with this exchange. "
+    "Answer with the title only: no quotes, no final full stop."
+)
 SUMMARY_INSTRUCTIONS = (
     "You keep the running summary of a conversation between a user and an assistant. "
     "Write the previous summary again, extended with the new turns. Keep every fact the user "
@@ -148,6 +154,27 @@ class OpenAIBrain:
         text = (completion.choices[0].message.content or "").strip() if completion.choices else ""
         # An empty summary would silently drop the turns it replaces.
         return text or self.builtin.summarize(turns, previous_summary)
+
+    def title(self, context: Context, reply: str) -> str:
+        """One short request; on any failure of the model server, the built-in brain's title
+        (a title is not worth a failed answer)."""
+        try:
+            with self.errors_explained(timeout="did not answer"):
+                completion = self.client.chat.completions.create(
+                    model=self.model,
+                    messages=[
+                        {"role": "system", "content": TITLE_INSTRUCTIONS},
+                        {"role": "user", "content": f"User: {context.text}\n\nAssistant: {reply}"},
+                    ],
+                    temperature=0,
+                    max_tokens=24,
+                    timeout=httpx.Timeout(settings.CONTINUITY_OPENAI_REQUEST_TIMEOUT),
+                )
+            title = completion.choices[0].message.content if completion.choices else ""
+        except Exception:
+            logger.warning("No title from %s; using the built-in one", self.base_url, exc_info=True)
+            title = ""
+        return (title or "").strip().strip('"“”').rstrip(".") or self.builtin.title(context, reply)
 
     @contextmanager
     def errors_explained(self, *, timeout: str) -> Iterator[None]:

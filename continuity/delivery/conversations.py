@@ -107,7 +107,7 @@ def conversation_rename(*, conversation: Conversation, title: str) -> None:
     if len(title) > limit:
         raise InvalidMessage(f"A title has at most {limit} characters; this one has {len(title)}.")
     # Not an update of updated_at: renaming does not move the conversation up the sidebar.
-    Conversation.objects.filter(pk=conversation.pk).update(title=title)
+    Conversation.objects.filter(pk=conversation.pk).update(title=title, titled_by_owner=True)
     conversation.title = title
 
 

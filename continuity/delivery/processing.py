@@ -25,7 +25,7 @@ from ..context.compaction import compaction_candidates, compaction_store, turns_
 from ..context.memory import memory_remember
 from ..context.recoveries import recovery_note, recovery_record
 from ..errors import DATABASE_LOST, AttemptStopped, PermanentError
-from ..live.events import publish_reply_chunk
+from ..live.events import publish_conversation_changed, publish_reply_chunk
 from ..models import Checkpoint, Conversation, Message, ReplyChunk, Run
 from .attempts import (
     attempt_begin,
@@ -35,6 +35,7 @@ from .attempts import (
     run_lock_owned,
 )
 from .heartbeats import RunHeartbeat
+from .inbox import title_from_text
 
 logger = logging.getLogger(__name__)
 # Failures that the same input will hit again on every retry: dead-letter at once.
@@ -54,10 +55,12 @@ def drain_conversation(*, conversation_id: int, node: str = "") -> None:
 
 
 def attempt_execute(*, run: Run, brain: Brain) -> None:
+    answered = False
     with RunHeartbeat(run.pk) as heartbeat:
         try:
             reply_text, task_state = steps_run(run=run, brain=brain, stopped=heartbeat.stopped)
             attempt_finish(run=run, reply_text=reply_text, task_state=task_state)
+            answered = True
         except AttemptStopped as stop:
             logger.info("Attempt stopped: %s", stop)
         except DATABASE_ERRORS as exc:
@@ -83,6 +86,29 @@ def attempt_execute(*, run: Run, brain: Brain) -> None:
                 ),
                 stopped=heartbeat.stopped,
             )
+    if answered:  # after the heartbeat stopped: the attempt is over
+        try:
+            conversation_title(run=run, brain=brain, reply=reply_text)
+        except Exception:  # the answer is committed; a title is not worth failing for
+            logger.warning("Conversation %s not titled", run.conversation_id, exc_info=True)
+
+
+def conversation_title(*, run: Run, brain: Brain, reply: str) -> None:
+    """After the first reply of a conversation, the brain titles it, unless its owner already
+    did. Best effort, after the reply is committed: a title never costs an answer, and a
+    worker that dies here leaves the first message's words as the title."""
+    message = Message.objects.select_related("conversation").get(pk=run.message_id)
+    earlier = Message.objects.filter(
+        conversation_id=run.conversation_id, role=Message.Role.USER, pk__lt=message.pk
+    )
+    if message.conversation.titled_by_owner or earlier.exists():
+        return
+    context = context_load(
+        refs=context_gather(message=message), message=message, attempt=run.attempt
+    )
+    title = title_from_text(brain.title(context, reply)) or message.conversation.title
+    Conversation.objects.filter(pk=run.conversation_id, titled_by_owner=False).update(title=title)
+    transaction.on_commit(lambda: publish_conversation_changed(conversation_id=run.conversation_id))
 
 
 def record_when_database_returns(record: Callable[[], object], *, stopped: Event) -> None:

@@ -61,3 +61,26 @@ def test_do_you_remember_my_name_is_a_question_not_a_note():
 )
 def test_reflect_swaps_whole_words_only(said, reflected):
     assert reflect(said) == reflected
+
+
+@pytest.mark.parametrize(
+    ("text", "title"),
+    [
+        ("Hi! My goal is to ship the compiler", "Ship the compiler"),
+        (
+            "hello, can you explain monads to me in simple words please? thanks",
+            "Can you explain monads to me in simple…",
+        ),
+        ("What is Rust? Tell me more.", "What is Rust?"),
+        ("hi", "hi"),
+    ],
+)
+def test_titles(text, title):
+    from continuity.brains import Context
+
+    assert (
+        BuiltinBrain().title(
+            Context(owner_id=1, conversation_id=1, message_id=1, attempt=1, text=text), ""
+        )
+        == title
+    )

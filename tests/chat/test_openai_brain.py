@@ -230,3 +230,16 @@ def test_the_openai_brain_is_registered(settings):
     settings.CONTINUITY_BRAIN = "openai"
 
     assert isinstance(brain_load(), OpenAIBrain)
+
+
+def test_the_model_writes_the_title(brain, fake):
+    title = brain.title(context_of("My goal is to ship the compiler"), "Let us plan it.")
+    (request,) = fake.requests
+    assert "title of two to six words" in request["messages"][0]["content"]
+    assert request["max_tokens"] == 24 and not request.get("stream")
+    assert title.startswith("You said: User: My goal is to ship the compiler")  # the fake echoes
+
+
+def test_without_the_model_the_built_in_title_is_used(brain, fake):
+    fake.fail_next(401)
+    assert brain.title(context_of("My goal is to ship the compiler"), "") == "Ship the compiler"

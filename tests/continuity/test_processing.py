@@ -171,3 +171,35 @@ def test_a_conversation_is_answered_by_the_brain_its_owner_picked(conversation):
     drain_conversation(conversation_id=conversation.pk)
     message.refresh_from_db()
     assert message.state == "dead" and "PermanentError" in message.dead_letter.reason
+
+
+def test_the_brain_titles_a_conversation_after_its_first_reply(conversation):
+    send(conversation, "Hello! My goal is to ship the compiler by May. Can you help?")
+    drain_conversation(conversation_id=conversation.pk)
+    conversation.refresh_from_db()
+    assert conversation.title == "Ship the compiler by May"
+    send(conversation, "My goal is to learn Rust")  # later messages leave the title alone
+    drain_conversation(conversation_id=conversation.pk)
+    conversation.refresh_from_db()
+    assert conversation.title == "Ship the compiler by May"
+
+
+def test_a_title_its_owner_wrote_is_kept(conversation):
+    from continuity.delivery.conversations import conversation_rename
+
+    conversation_rename(conversation=conversation, title="Compiler")
+    send(conversation, "My goal is to ship the compiler")
+    drain_conversation(conversation_id=conversation.pk)
+    conversation.refresh_from_db()
+    assert conversation.title == "Compiler"
+
+
+def test_a_failing_title_costs_nothing(conversation, monkeypatch):
+    def broken(self, context, reply):
+        raise RuntimeError("no title today")
+
+    monkeypatch.setattr(BuiltinBrain, "title", broken)
+    message = send(conversation, "Hello there, how are you today?")
+    drain_conversation(conversation_id=conversation.pk)
+    message.refresh_from_db()
+    assert message.state == "done" and Run.objects.get(message=message).state == "completed"
