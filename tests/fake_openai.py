@@ -75,9 +75,13 @@ class FakeOpenAI:
         with self.lock:
             self.stalls += [words] * times
 
-    def chat_requests(self) -> int:
+    def streamed(self) -> list[dict]:
+        """The streamed chat requests: the answers (titles and summaries are not streamed)."""
         with self.lock:
-            return len(self.requests)
+            return [body for body in self.requests if body.get("stream")]
+
+    def chat_requests(self) -> int:
+        return len(self.streamed())
 
     def take(self, queue: list[int]) -> int | None:
         with self.lock:

@@ -70,6 +70,6 @@ def test_a_model_reply_grows_chunk_by_chunk_then_shows_once(page: Page, site, fa
     # Each text the person saw was the start of the reply, and each was longer than the last.
     assert all(reply_to(QUESTION).startswith(text) for text in partial), partial
     assert [len(text) for text in partial] == sorted({len(text) for text in partial}), partial
-    assert len(fake.requests) == 1
+    assert fake.chat_requests() == 1
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=ARTIFACTS / "openai-streaming.png", full_page=True)
