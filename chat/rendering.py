@@ -1,17 +1,50 @@
-"""Markdown for assistant replies: rendered by markdown-it (raw HTML off), then sanitized by nh3."""
+"""Markdown for assistant replies: rendered by markdown-it (raw HTML off), then sanitized by nh3.
+
+Fenced code that names a language Pygments knows is highlighted on the server, as spans with
+CSS classes (static/chat/pygments.css colours them in both themes), never inline styles: the
+Content-Security-Policy forbids those."""
 
 from __future__ import annotations
 
 import nh3
 from markdown_it import MarkdownIt
 from markdown_it.common.utils import escapeHtml
-
-_markdown = MarkdownIt("commonmark", {"html": False, "breaks": True}).enable("table")
+from pygments import highlight
+from pygments.formatters import HtmlFormatter
+from pygments.lexers import get_lexer_by_name
+from pygments.token import STANDARD_TYPES
+from pygments.util import ClassNotFound
 
 ALLOWED_URL_SCHEMES = {"http", "https", "mailto"}
 # No <img>: a browser fetches an image without asking, so a prompt-injected reply could leak
 # the conversation through an image URL. Images become ordinary links, which need a click.
 ALLOWED_TAGS = nh3.ALLOWED_TAGS - {"img"}
+ALLOWED_ATTRIBUTES = {**nh3.ALLOWED_ATTRIBUTES, "pre": {"data-language"}}
+# Only Pygments' own token classes survive sanitizing, so a reply cannot borrow the page's
+# classes (e.g. to dress up as a notice from the system).
+ALLOWED_CLASSES = {"pre": {"highlight"}, "span": {c for c in STANDARD_TYPES.values() if c}}
+
+_formatter = HtmlFormatter(nowrap=True)
+
+
+def _highlight(code: str, language: str, _attributes: str) -> str:
+    """Pygments HTML for a fence whose language it knows; "" lets markdown-it escape the code."""
+    if not language:
+        return ""
+    try:
+        lexer = get_lexer_by_name(language)
+    except ClassNotFound:
+        return ""
+    spans = highlight(code, lexer, _formatter)
+    return (
+        f'<pre class="highlight" data-language="{escapeHtml(lexer.name)}">'
+        f"<code>{spans}</code></pre>"
+    )
+
+
+_markdown = MarkdownIt(
+    "commonmark", {"html": False, "breaks": True, "highlight": _highlight}
+).enable("table")
 
 
 def _image_as_link(self, tokens, idx, options, env) -> str:
@@ -28,6 +61,8 @@ def markdown_to_safe_html(text: str) -> str:
     return nh3.clean(
         _markdown.render(text),
         tags=ALLOWED_TAGS,
+        attributes=ALLOWED_ATTRIBUTES,
+        allowed_classes=ALLOWED_CLASSES,
         url_schemes=ALLOWED_URL_SCHEMES,
         link_rel="noopener noreferrer nofollow",
     )

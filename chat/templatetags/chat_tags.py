@@ -1,4 +1,11 @@
+from __future__ import annotations
+
+from datetime import datetime
+
 from django import template
+from django.utils import timezone
+from django.utils.dateformat import format as date_format
+from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 
 from chat.rendering import markdown_to_safe_html
@@ -15,3 +22,16 @@ def markdown(text: str) -> SafeString:
 @register.simple_tag
 def staff_are_mailed() -> bool:
     return alerts_reach_someone()
+
+
+@register.simple_tag
+def message_time(at: datetime) -> SafeString:
+    """When a message was written, in the server's time zone (named); chat.js rewrites the
+    text into the reader's own time zone and keeps the full date in the title."""
+    at = timezone.localtime(at)
+    return format_html(
+        '<time datetime="{}" title="{}" data-local-time>{}</time>',
+        at.isoformat(),
+        date_format(at, "j F Y, H:i e"),
+        date_format(at, "j M Y, H:i e"),
+    )

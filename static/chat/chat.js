@@ -1,4 +1,5 @@
-// Continuity chat: upserts of versioned exchanges, live reply streaming, and the composer keys.
+// Continuity chat: upserts of versioned exchanges, live reply streaming (shown as Markdown),
+// copy buttons, local times, the conversations drawer, and the keyboard shortcuts.
 (() => {
   "use strict";
 
@@ -11,13 +12,39 @@
   const CONVERSATION_DELETED = 4404; // deleted, from this tab or another one
   const awaitingSync = new Set();
 
+  // On the chat page the exchanges scroll in their own box (app.css); elsewhere, the page does.
+  function scroller() {
+    const box = exchangesBox();
+    const own = box && getComputedStyle(box).overflowY !== "visible";
+    return own ? box : document.scrollingElement;
+  }
+
   function nearBottom() {
-    const el = document.scrollingElement;
+    const el = scroller();
     return el.scrollHeight - el.scrollTop - el.clientHeight < 120;
   }
 
   function scrollToEnd(wasNearBottom) {
-    if (wasNearBottom) window.scrollTo(0, document.scrollingElement.scrollHeight);
+    const el = scroller();
+    if (wasNearBottom) el.scrollTop = el.scrollHeight;
+  }
+
+  // The status of answers is announced once per change ("Answering…", "Answered") by a small
+  // live region, not by the exchanges, which would have a screen reader read every token.
+  const ANSWER_LABELS = { processing: "Answering…", done: "Answered", dead: "Could not be answered" };
+  const announcedLabel = new Map(); // message id -> the label last announced (or seen at load)
+
+  function announce(text) {
+    const status = document.querySelector("[data-answer-status]");
+    if (status) status.textContent = text;
+  }
+
+  function noteState(exchange, { quietly = false } = {}) {
+    const id = Number(exchange.dataset.messageId);
+    const label = ANSWER_LABELS[exchange.dataset.state];
+    if (!label || announcedLabel.get(id) === label) return;
+    announcedLabel.set(id, label);
+    if (!quietly) announce(label);
   }
 
   // Composer-side hints. A pending message that has shown no progress (no new rendering, no
@@ -78,6 +105,8 @@
       box.insertBefore(incoming, next || null);
     }
     htmx.process(incoming); // its Stop and Retry forms post with htmx (and the CSRF header)
+    enhance(incoming);
+    noteState(incoming);
   }
 
   function upsertFragment(fragment) {
@@ -92,6 +121,161 @@
     const template = document.createElement("template");
     template.innerHTML = html;
     return template.content;
+  }
+
+  // A streaming reply is shown as Markdown while it grows. Its chunks are untrusted text (a
+  // model can be prompt-injected), so the text so far is rendered by marked with the server's
+  // rules (raw HTML escaped, images turned into links, as chat/rendering.py does), then
+  // sanitized by DOMPurify into a DOM fragment: nothing unsanitized is ever parsed into the page,
+  // and the CSP would refuse an inline handler anyway. The raw text stays in .streamed (hidden):
+  // chunks append to it and a catch-up replaces it. The finished reply is rendered on the server.
+  const SAFE_URL = /^(?:(?:https?|mailto):|[^a-z]|[a-z+.-]+(?:[^a-z+.\-:]|$))/i;
+  const PURIFY = {
+    USE_PROFILES: { html: true },
+    FORBID_TAGS: ["img", "picture", "video", "audio", "source", "iframe", "style", "form", "input",
+      "button", "textarea", "select"],
+    FORBID_ATTR: ["style", "class", "id", "srcset"],
+    ALLOWED_URI_REGEXP: SAFE_URL,
+    RETURN_DOM_FRAGMENT: true,
+  };
+  let streamParser; // undefined: not set up yet; null: no Markdown (the raw text shows)
+
+  function streamMarkdown() {
+    if (streamParser !== undefined) return streamParser;
+    if (!window.marked || !window.DOMPurify || !DOMPurify.isSupported) return (streamParser = null);
+    const escape = (text) => String(text).replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
+    streamParser = new marked.Marked({
+      gfm: true,
+      breaks: true,
+      renderer: {
+        html: ({ text }) => escape(text),
+        image: ({ href, text }) => `<a href="${escape(href || "")}">${escape(text || href || "")}</a>`,
+      },
+    });
+    DOMPurify.addHook("afterSanitizeAttributes", (node) => {
+      if (node.tagName === "A") node.setAttribute("rel", "noopener noreferrer nofollow");
+    });
+    return streamParser;
+  }
+
+  function renderStreamed(bubble) {
+    const parser = streamMarkdown();
+    const raw = bubble.querySelector(".streamed");
+    if (!parser || !raw) return;
+    let shown = bubble.querySelector("[data-streamed-html]");
+    if (!shown) {
+      shown = document.createElement("div");
+      shown.className = "streamed-html markdown";
+      shown.dataset.streamedHtml = "";
+      raw.after(shown);
+      bubble.classList.add("rendered");
+    }
+    const fragment = DOMPurify.sanitize(parser.parse(raw.textContent), PURIFY);
+    // The cursor goes at the end of the last line of text, not below the last block.
+    let end = fragment;
+    while (end.lastElementChild && !/^(PRE|TABLE|HR|BR)$/.test(end.lastElementChild.tagName)) {
+      end = end.lastElementChild;
+    }
+    const cursor = document.createElement("span");
+    cursor.className = "cursor";
+    cursor.setAttribute("aria-hidden", "true");
+    end.append(cursor);
+    fragment.querySelectorAll("pre").forEach(scrollableByKeyboard);
+    shown.replaceChildren(fragment);
+  }
+
+  // At most one rendering per frame, however many chunks arrive in it.
+  const toRender = new Set();
+
+  function renderSoon(bubble) {
+    if (!toRender.size) {
+      requestAnimationFrame(() => {
+        const wasNearBottom = nearBottom();
+        toRender.forEach((el) => el.isConnected && renderStreamed(el));
+        toRender.clear();
+        scrollToEnd(wasNearBottom);
+      });
+    }
+    toRender.add(bubble);
+  }
+
+  // Copy buttons need the asynchronous clipboard, which browsers give only to secure contexts
+  // (HTTPS, or localhost): elsewhere none is shown.
+  function copyButton(label, text) {
+    const button = document.createElement("button");
+    button.type = "button";
+    button.className = "copy";
+    button.setAttribute("aria-label", label);
+    button.addEventListener("click", async () => {
+      let done = true;
+      try {
+        await navigator.clipboard.writeText(text());
+      } catch {
+        done = false;
+      }
+      delete button.dataset.copied;
+      delete button.dataset.copyFailed;
+      button.dataset[done ? "copied" : "copyFailed"] = "";
+      announce(done ? "Copied" : "Could not copy");
+      setTimeout(() => {
+        delete button.dataset.copied;
+        delete button.dataset.copyFailed;
+      }, 2000);
+    });
+    return button;
+  }
+
+  // A code block wider than the bubble scrolls sideways: keyboard users need to reach it too.
+  function scrollableByKeyboard(pre) {
+    pre.tabIndex = 0;
+  }
+
+  function addCopyButtons(root) {
+    if (!navigator.clipboard || !window.isSecureContext) return;
+    root.querySelectorAll(".bubble.assistant.markdown pre").forEach((pre) => {
+      if (pre.parentElement.classList.contains("code-block")) return;
+      const block = document.createElement("div");
+      block.className = "code-block";
+      pre.before(block);
+      block.append(pre, copyButton("Copy code", () => pre.textContent.replace(/\n$/, "")));
+    });
+    root.querySelectorAll(".bubble.user > .meta").forEach((meta) => {
+      if (meta.querySelector(".copy")) return;
+      const text = meta.parentElement.querySelector(":scope > .text");
+      meta.append(copyButton("Copy what you wrote", () => text.innerText));
+    });
+    root.querySelectorAll("[data-reply-meta]").forEach((meta) => {
+      if (meta.querySelector(".copy")) return;
+      const reply = meta.previousElementSibling;
+      meta.append(copyButton("Copy reply", () => reply.innerText));
+    });
+  }
+
+  // Times come from the server in its time zone; the reader sees their own, with the date
+  // when it is not today, and the full date and time in the title.
+  function localTimes(root) {
+    const now = new Date();
+    root.querySelectorAll("time[data-local-time]").forEach((el) => {
+      const at = new Date(el.getAttribute("datetime"));
+      if (Number.isNaN(at.getTime())) return;
+      const clock = { hour: "2-digit", minute: "2-digit" };
+      const day = { day: "numeric", month: "short" };
+      if (at.getFullYear() !== now.getFullYear()) day.year = "numeric";
+      el.textContent = at.toDateString() === now.toDateString()
+        ? at.toLocaleTimeString([], clock)
+        : at.toLocaleString([], { ...day, ...clock });
+      el.title = at.toLocaleString([], { dateStyle: "full", timeStyle: "short" });
+    });
+  }
+
+  const onMac = /Mac|iPhone|iPad/.test(navigator.platform || navigator.userAgent);
+
+  function enhance(root) {
+    root.querySelectorAll("[data-streaming]").forEach(renderStreamed);
+    root.querySelectorAll(".markdown pre").forEach(scrollableByKeyboard);
+    addCopyButtons(root);
+    localTimes(root);
+    if (onMac) root.querySelectorAll("kbd[data-mod-key]").forEach((kbd) => (kbd.textContent = "⌘"));
   }
 
   // Declared on the composer itself: its response replaces the composer (out of band) before
@@ -196,10 +380,77 @@
   document.addEventListener("htmx:oobAfterSwap", (event) => {
     if (event.detail.target.id !== "composer") return;
     unsure = null; // the server answered: the new composer carries the id to use
+    enhance(event.detail.target);
     event.detail.target.querySelector("textarea")?.focus();
   });
 
+  // Below 720px the sidebar is a drawer. Without JavaScript its link opens it as the :target;
+  // here the link acts as a button that toggles it and moves focus in and back out.
+  const sidebar = () => document.getElementById("conversations");
+  const drawerToggle = () => document.querySelector("[data-drawer-open]");
+  const drawerShown = () => !!sidebar() && getComputedStyle(sidebar()).display !== "none";
+
+  function setDrawer(open) {
+    const nav = sidebar();
+    const toggle = drawerToggle();
+    if (!nav) return;
+    nav.classList.toggle("open", open);
+    toggle?.setAttribute("aria-expanded", String(open));
+    if (open) nav.querySelector("a:not([data-drawer-close]), input")?.focus();
+    else {
+      if (nav.matches(":target")) location.hash = ""; // opened without script, or reloaded so
+      toggle?.focus();
+    }
+  }
+
+  document.addEventListener("click", (event) => {
+    if (!event.target.closest) return;
+    if (event.target.closest("[data-drawer-open]")) {
+      event.preventDefault();
+      setDrawer(!sidebar()?.classList.contains("open"));
+    } else if (event.target.closest("[data-drawer-close]")) {
+      event.preventDefault();
+      setDrawer(false);
+    }
+  });
+
+  function focusSearch() {
+    const search = document.getElementById("search-q");
+    if (!search) return;
+    if (!drawerShown()) setDrawer(true);
+    search.focus();
+    search.select();
+  }
+
+  // Ctrl+K (⌘K on a Mac) searches the conversations and Ctrl+Shift+O (⇧⌘O) starts a new one,
+  // on the chat pages, which show them in the composer's hint; Esc stops the reply being
+  // written (the newest Stop button), unless a menu or the drawer is what Esc should close.
+  function shortcut(event) {
+    if (event.key === "Escape" && !event.target.closest?.("details[open], [data-drawer]")) {
+      const stops = document.querySelectorAll("[data-stop]");
+      if (!stops.length) return false;
+      stops[stops.length - 1].click();
+      event.preventDefault();
+      return true;
+    }
+    const mod = onMac ? event.metaKey && !event.ctrlKey : event.ctrlKey && !event.metaKey;
+    if (!mod || event.altKey || !document.getElementById("search-q")) return false;
+    const key = event.key.toLowerCase();
+    if (key === "k" && !event.shiftKey) focusSearch();
+    else if (key === "o" && event.shiftKey) {
+      window.location.assign(document.querySelector(".new-conversation")?.href || "/");
+    } else return false;
+    event.preventDefault();
+    return true;
+  }
+
   document.addEventListener("keydown", (event) => {
+    if (shortcut(event)) return;
+    if (event.key === " " && event.target.matches?.("[data-drawer-open]")) {
+      event.preventDefault(); // a link that acts as a button answers Space too
+      event.target.click();
+      return;
+    }
     const field = event.target;
     if (!field.matches || !field.matches("#composer textarea")) return;
     if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
@@ -255,6 +506,7 @@
       box.querySelector(".streamed").textContent += event.text;
       exchange.dataset.seq = String(event.seq);
       progressed(event.message_id);
+      renderSoon(box);
       scrollToEnd(wasNearBottom);
     }
 
@@ -310,11 +562,23 @@
 
   document.addEventListener("DOMContentLoaded", () => {
     restoreDraft();
+    enhance(document);
+    const toggle = drawerToggle();
+    if (toggle) {
+      toggle.setAttribute("role", "button");
+      toggle.setAttribute("aria-controls", "conversations");
+      toggle.setAttribute("aria-expanded", String(!!sidebar()?.matches(":target")));
+    }
     const main = document.getElementById("conversation");
     if (!main) return; // other pages (memory, account) open at their top
+    document.querySelectorAll("[data-exchange]").forEach((el) => noteState(el, { quietly: true }));
     liveChannel(main);
     setInterval(tickHints, 500);
     tickHints();
-    window.scrollTo(0, document.scrollingElement.scrollHeight);
+    // A search result links to its exchange; otherwise the conversation opens at its end.
+    const hash = location.hash.slice(1);
+    const linked = hash.startsWith("exchange-") && document.getElementById(hash);
+    if (linked) linked.scrollIntoView();
+    else scrollToEnd(true);
   });
 })();

@@ -51,3 +51,19 @@ def test_retry_asks_a_failed_message_again(page: Page, site):
     expect(page.locator('[data-outcome="retried"]')).to_be_visible()
     expect(page.locator(".bubble.assistant")).to_contain_text("Nice to meet you, Bea")
     assert Message.objects.get(reasked_from=dead_letter.message_id).state == "done"
+
+
+def test_escape_stops_the_reply_being_written(page: Page, site):
+    UserFactory(username="cid")
+    log_in(page, site, "cid")
+    page.get_by_label("Message").fill(LONG_REPLY)
+    page.keyboard.press("Enter")
+    expect(page.locator("[data-streaming] .streamed")).not_to_be_empty()
+    page.keyboard.press("Escape")
+    expect(page.locator("[data-stopped]")).to_be_visible()
+    message = Message.objects.get(text=LONG_REPLY)
+    assert wait_for(
+        lambda: Message.objects.filter(reply_to=message, stopped=True).exists(),
+        timeout=10,
+        what="a stopped reply",
+    )
