@@ -49,8 +49,12 @@ def test_retry_asks_a_failed_message_again(page: Page, site):
     page.goto(f"{site.url}/c/{chat.pk}/")
     page.get_by_role("button", name="Retry").click()
     expect(page.locator('[data-outcome="retried"]')).to_be_visible()
-    expect(page.locator(".bubble.assistant")).to_contain_text("Nice to meet you, Bea")
-    assert Message.objects.get(reasked_from=dead_letter.message_id).state == "done"
+    expect(page.locator(".bubble.assistant.markdown")).to_contain_text("Nice to meet you, Bea")
+    wait_for(
+        lambda: Message.objects.get(reasked_from=dead_letter.message_id).state == "done",
+        timeout=10,
+        what="the re-ask to be answered",
+    )
 
 
 def test_escape_stops_the_reply_being_written(page: Page, site):
