@@ -149,17 +149,22 @@ def conversations_search(owner, query: str) -> list[SearchHit]:
     if connection.vendor == "postgresql":
         found = full_text_hits(messages, query)
     else:
-        found = [
-            SearchHit(conversation=m.conversation, snippet=m.text[:200], message_id=m.pk)
-            for m in messages.filter(text__icontains=query).select_related("conversation")[
-                :SEARCH_LIMIT
-            ]
-        ]
-    seen = {hit.conversation.pk for hit in found}
+        found = substring_hits(messages, query)
+    seen = [hit.conversation.pk for hit in found]
     by_title = conversations_of(owner).filter(title__icontains=query).exclude(pk__in=seen)
     titled = [SearchHit(conversation=c, snippet="") for c in by_title[:SEARCH_LIMIT]]
-    unique = {hit.conversation.pk: hit for hit in reversed([*titled, *found])}
-    return list(reversed(unique.values()))[:SEARCH_LIMIT]
+    return [*titled, *found][:SEARCH_LIMIT]
+
+
+def substring_hits(messages: QuerySet[Message], query: str) -> list[SearchHit]:
+    """One hit per conversation: its first matching message."""
+    first: dict[int, SearchHit] = {}
+    for m in messages.filter(text__icontains=query).select_related("conversation")[:SEARCH_LIMIT]:
+        first.setdefault(
+            m.conversation_id,
+            SearchHit(conversation=m.conversation, snippet=m.text[:200], message_id=m.pk),
+        )
+    return list(first.values())
 
 
 def full_text_hits(messages: QuerySet[Message], query: str) -> list[SearchHit]:
