@@ -116,6 +116,33 @@ def attempt_begin(*, conversation_id: int, node: str = "") -> Run | None:
     return run
 
 
+def reply_store(
+    *, run: Run, text: str, run_state: str, error: str = "", stopped: bool = False
+) -> Message:
+    """Inside the caller's transaction, with the conversation and the run locked: store `text`
+    as the reply, end the run in `run_state`, mark the message done and let the conversation's
+    next queued message go on."""
+    reply = Message.objects.create(
+        conversation_id=run.conversation_id,
+        role=Message.Role.ASSISTANT,
+        text=text,
+        state=Message.State.DONE,
+        reply_to_id=run.message_id,
+        stopped=stopped,
+    )
+    message_bump(message_id=run.message_id, state=Message.State.DONE)
+    Run.objects.filter(pk=run.pk).update(state=run_state, ended_at=Now(), error=error)
+    Conversation.objects.filter(pk=run.conversation_id).update(retry_at=None, updated_at=Now())
+    if pending_messages(run.conversation_id).exclude(pk=run.message_id).exists():
+        conversation_enqueue(conversation_id=run.conversation_id)
+    transaction.on_commit(
+        lambda: publish_message_changed(
+            conversation_id=run.conversation_id, message_id=run.message_id
+        )
+    )
+    return reply
+
+
 def run_lock_owned(run: Run) -> None:
     """Inside a transaction: hold the run's row and make sure this attempt still owns it."""
     if not Run.objects.select_for_update().filter(pk=run.pk, state=Run.State.RUNNING).exists():
@@ -129,23 +156,7 @@ def attempt_finish(*, run: Run, reply_text: str, task_state: dict | None = None)
         conversation_lock(run.conversation_id)
         run_lock_owned(run)
         handoff_after_turn(run=run, task_state=task_state)
-        reply = Message.objects.create(
-            conversation_id=run.conversation_id,
-            role=Message.Role.ASSISTANT,
-            text=reply_text,
-            state=Message.State.DONE,
-            reply_to_id=run.message_id,
-        )
-        message_bump(message_id=run.message_id, state=Message.State.DONE)
-        Run.objects.filter(pk=run.pk).update(state=Run.State.COMPLETED, ended_at=Now())
-        Conversation.objects.filter(pk=run.conversation_id).update(retry_at=None, updated_at=Now())
-        if pending_messages(run.conversation_id).exclude(pk=run.message_id).exists():
-            conversation_enqueue(conversation_id=run.conversation_id)
-        transaction.on_commit(
-            lambda: publish_message_changed(
-                conversation_id=run.conversation_id, message_id=run.message_id
-            )
-        )
+        reply = reply_store(run=run, text=reply_text, run_state=Run.State.COMPLETED)
     fault_point("after_reply_committed")
     return reply
 
@@ -272,27 +283,12 @@ def reply_stop(*, message: Message) -> Message:
         if run is None:
             raise InvalidTransition(f"No reply is being written to message {message.pk}.")
         written = run.reply_chunks.order_by("seq").values_list("text", flat=True)
-        reply = Message.objects.create(
-            conversation_id=message.conversation_id,
-            role=Message.Role.ASSISTANT,
+        reply = reply_store(
+            run=run,
             text="".join(written),
-            state=Message.State.DONE,
-            reply_to=message,
+            run_state=Run.State.STOPPED,
+            error="Stopped by the user.",
             stopped=True,
-        )
-        Run.objects.filter(pk=run.pk).update(
-            state=Run.State.STOPPED, ended_at=Now(), error="Stopped by the user."
-        )
-        message_bump(message_id=message.pk, state=Message.State.DONE)
-        Conversation.objects.filter(pk=message.conversation_id).update(
-            retry_at=None, updated_at=Now()
-        )
-        if pending_messages(message.conversation_id).exclude(pk=message.pk).exists():
-            conversation_enqueue(conversation_id=message.conversation_id)
-        transaction.on_commit(
-            lambda: publish_message_changed(
-                conversation_id=message.conversation_id, message_id=message.pk
-            )
         )
     logger.info("Run %s of message %s stopped by its owner", run.pk, message.pk)
     return reply
