@@ -8,7 +8,7 @@ from django import forms
 from django.contrib import messages
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import redirect, render
 from django.utils.html import escape
 from django.utils.safestring import mark_safe
 from django.utils.text import slugify
@@ -32,18 +32,13 @@ from continuity.selectors import (
 
 from .exports import export_json, export_markdown
 from .forms import BrainForm
-from .views import login_required_or_401
+from .views import login_required_or_401, own_conversation
 
 PAGE_SIZE = 50
 
 
 class RenameForm(forms.Form):
     title = forms.CharField(label="Title", max_length=200, strip=True)
-
-
-def own_conversation(request: HttpRequest, pk: int) -> Conversation:
-    """The signed-in person's conversation, or 404: another person's looks like no conversation."""
-    return get_object_or_404(conversations_of(request.user), pk=pk)
 
 
 def back_to(conversation: Conversation):

@@ -15,9 +15,9 @@ from django.views.decorators.http import require_GET, require_POST
 from continuity.context.assembly import context_text, run_context_load
 from continuity.context.recoveries import handoff_correct, recovery_sentence
 from continuity.models import Recovery, RunContext
-from continuity.selectors import conversations_of
 
 from .rendering import markdown_to_safe_html
+from .views import own_conversation
 
 PAGE = "chat/recovery.html"
 
@@ -31,7 +31,7 @@ class CorrectionForm(forms.Form):
 
 
 def recovery_of(request: HttpRequest, pk: int, recovery_pk: int) -> Recovery:
-    conversation = get_object_or_404(conversations_of(request.user), pk=pk)
+    conversation = own_conversation(request, pk)
     return get_object_or_404(Recovery, pk=recovery_pk, conversation=conversation)
 
 

@@ -55,6 +55,11 @@ def login_required_or_401(view):
     return wrapper
 
 
+def own_conversation(request: HttpRequest, pk: int) -> Conversation:
+    """The signed-in person's conversation, or 404: another person's looks like no conversation."""
+    return get_object_or_404(conversations_of(request.user), pk=pk)
+
+
 def page_context(request: HttpRequest, conversation: Conversation | None, form: MessageForm):
     sidebar = sidebar_conversations_of(request.user)
     context = {
@@ -159,7 +164,7 @@ def conversation_new(request: HttpRequest) -> HttpResponse:
 @require_GET
 @login_required
 def conversation_detail(request: HttpRequest, pk: int) -> HttpResponse:
-    conversation = get_object_or_404(conversations_of(request.user), pk=pk)
+    conversation = own_conversation(request, pk)
     return render(request, PAGE, page_context(request, conversation, MessageForm.blank()))
 
 
@@ -167,7 +172,7 @@ def conversation_detail(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 @login_required_or_401
 def message_send(request: HttpRequest, pk: int) -> HttpResponse:
-    conversation = get_object_or_404(conversations_of(request.user), pk=pk)
+    conversation = own_conversation(request, pk)
     form = MessageForm(request.POST)
     if not form.is_valid():
         return composer_invalid(request, conversation, form)
@@ -199,7 +204,7 @@ def message_send(request: HttpRequest, pk: int) -> HttpResponse:
 @login_required_or_401
 def retry_now(request: HttpRequest, pk: int) -> HttpResponse:
     """*Retry now* while a retry waits out its backoff; refused (409) once there is none."""
-    conversation = get_object_or_404(conversations_of(request.user), pk=pk)
+    conversation = own_conversation(request, pk)
     try:
         conversation_retry_now(conversation=conversation)
         status = 200
@@ -217,7 +222,7 @@ def retry_now(request: HttpRequest, pk: int) -> HttpResponse:
 def reply_stop_view(request: HttpRequest, pk: int, message_pk: int) -> HttpResponse:
     """*Stop* while a reply is written: 204 (the page learns the outcome over its websocket),
     or 409 when nothing is being written any more (finished, or not begun)."""
-    conversation = get_object_or_404(conversations_of(request.user), pk=pk)
+    conversation = own_conversation(request, pk)
     message = get_object_or_404(conversation.messages, pk=message_pk, role=Message.Role.USER)
     try:
         reply_stop(message=message)
@@ -235,7 +240,7 @@ def reply_stop_view(request: HttpRequest, pk: int, message_pk: int) -> HttpRespo
 def message_retry_view(request: HttpRequest, pk: int, message_pk: int) -> HttpResponse:
     """*Retry* on the person's own message that could not be processed: it is asked again at
     the end of the conversation, as staff would (the dead letter records who and why)."""
-    conversation = get_object_or_404(conversations_of(request.user), pk=pk)
+    conversation = own_conversation(request, pk)
     message = get_object_or_404(
         conversation.messages, pk=message_pk, role=Message.Role.USER, state=Message.State.DEAD
     )
