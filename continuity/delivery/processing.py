@@ -58,7 +58,9 @@ def attempt_execute(*, run: Run, brain: Brain) -> None:
     answered = False
     with RunHeartbeat(run.pk) as heartbeat:
         try:
-            reply_text, task_state = steps_run(run=run, brain=brain, stopped=heartbeat.stopped)
+            context, reply_text, task_state = steps_run(
+                run=run, brain=brain, stopped=heartbeat.stopped
+            )
             attempt_finish(run=run, reply_text=reply_text, task_state=task_state)
             answered = True
         except AttemptStopped as stop:
@@ -88,27 +90,24 @@ def attempt_execute(*, run: Run, brain: Brain) -> None:
             )
     if answered:  # after the heartbeat stopped: the attempt is over
         try:
-            conversation_title(run=run, brain=brain, reply=reply_text)
+            conversation_title(context=context, brain=brain, reply=reply_text)
         except Exception:  # the answer is committed; a title is not worth failing for
             logger.warning("Conversation %s not titled", run.conversation_id, exc_info=True)
 
 
-def conversation_title(*, run: Run, brain: Brain, reply: str) -> None:
+def conversation_title(*, context: Context, brain: Brain, reply: str) -> None:
     """After the first reply of a conversation, the brain titles it, unless its owner already
     did. Best effort, after the reply is committed: a title never costs an answer, and a
     worker that dies here leaves the first message's words as the title."""
-    message = Message.objects.select_related("conversation").get(pk=run.message_id)
+    conversation = Conversation.objects.filter(pk=context.conversation_id, titled_by_owner=False)
     earlier = Message.objects.filter(
-        conversation_id=run.conversation_id, role=Message.Role.USER, pk__lt=message.pk
+        conversation_id=context.conversation_id, role=Message.Role.USER, pk__lt=context.message_id
     )
-    if message.conversation.titled_by_owner or earlier.exists():
+    if earlier.exists() or not conversation.exists():
         return
-    context = context_load(
-        refs=context_gather(message=message), message=message, attempt=run.attempt
-    )
-    title = title_from_text(brain.title(context, reply)) or message.conversation.title
-    Conversation.objects.filter(pk=run.conversation_id, titled_by_owner=False).update(title=title)
-    transaction.on_commit(lambda: publish_conversation_changed(conversation_id=run.conversation_id))
+    title = title_from_text(brain.title(context, reply))
+    if title and conversation.update(title=title):
+        publish_conversation_changed(conversation_id=context.conversation_id)
 
 
 def record_when_database_returns(record: Callable[[], object], *, stopped: Event) -> None:
@@ -134,8 +133,9 @@ def record_when_database_returns(record: Callable[[], object], *, stopped: Event
             pause = min(pause * 2, 5.0)
 
 
-def steps_run(*, run: Run, brain: Brain, stopped: Event) -> tuple[str, dict | None]:
-    """The reply, and the task state the brain reports for the end-of-turn handoff."""
+def steps_run(*, run: Run, brain: Brain, stopped: Event) -> tuple[Context, str, dict | None]:
+    """The context the attempt assembled, the reply, and the task state the brain reports for
+    the end-of-turn handoff."""
     message = Message.objects.select_related("conversation").get(pk=run.message_id)
     if stopped.is_set():
         raise AttemptStopped(f"Run {run.pk} stopped before assembling its context.")
@@ -156,7 +156,7 @@ def steps_run(*, run: Run, brain: Brain, stopped: Event) -> tuple[str, dict | No
         lambda: {"facts": brain.remember(context, plan, reply)},
         apply=lambda output: memory_store(message=message, facts=output["facts"]),
     )
-    return reply, brain.task_state(context, plan, reply)
+    return context, reply, brain.task_state(context, plan, reply)
 
 
 def context_assemble(*, run: Run, message: Message, brain: Brain) -> Context:
