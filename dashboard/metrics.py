@@ -13,15 +13,12 @@ from datetime import timedelta
 from django.conf import settings
 from django.db.models import (
     Count,
-    DurationField,
-    ExpressionWrapper,
     F,
-    Min,
     Q,
     Sum,
     Value,
 )
-from django.db.models.functions import Greatest, Now
+from django.db.models.functions import Greatest
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
@@ -37,7 +34,7 @@ from prometheus_client.utils import floatToGoString
 
 from continuity.models import Conversation, DeadLetter, Message, Run, Worker
 
-from .selectors import workers_live
+from .selectors import oldest_age, workers_live
 
 REPLY_BUCKETS_SECONDS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 RUN_OUTCOMES = [state for state in Run.State.values if state != Run.State.RUNNING]
@@ -47,9 +44,7 @@ def message_metrics() -> Iterator[Metric]:
     pending = Q(state__in=Message.PENDING_STATES)
     stats = Message.objects.filter(role=Message.Role.USER).aggregate(
         **{state: Count("pk", filter=Q(state=state)) for state in Message.State.values},
-        oldest_pending_age=ExpressionWrapper(
-            Now() - Min("created_at", filter=pending), output_field=DurationField()
-        ),
+        oldest_pending_age=oldest_age(among=pending),
     )
     messages = GaugeMetricFamily(
         "continuity_messages", "User messages by processing state.", labels=["state"]

@@ -81,19 +81,18 @@ class QueueFigures:
 
 
 def queue_figures() -> QueueFigures:
-    figures = pending_messages().aggregate(pending=Count("pk"), oldest=Min("created_at"))
-    oldest = figures["oldest"]
+    figures = pending_messages().aggregate(pending=Count("pk"), oldest_age=oldest_age())
     return QueueFigures(
         pending=figures["pending"],
-        oldest_pending_age=db_now() - oldest if oldest else None,
+        oldest_pending_age=figures["oldest_age"],
         broker_queued=broker_queue_length(),
     )
 
 
-def db_now() -> datetime:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT now()")
-        return cursor.fetchone()[0]
+def oldest_age(*, among: Q | None = None) -> ExpressionWrapper:
+    """For an aggregate: how long ago the oldest row (of those `among` keeps) was created, on
+    the database's clock; None when there is none."""
+    return ExpressionWrapper(Now() - Min("created_at", filter=among), output_field=DurationField())
 
 
 def broker_queue_length() -> int | None:

@@ -14,6 +14,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
 from continuity.delivery.alerts import alerts_reach_someone
+from continuity.delivery.attempts import db_now_plus
 from continuity.delivery.conversations import alert_acknowledge, conversation_resume
 from continuity.errors import InvalidTransition
 from continuity.models import Alert, Conversation, CrashRecord, StaffAction
@@ -55,7 +56,7 @@ def index(request: HttpRequest) -> HttpResponse:
 def crashes(request: HttpRequest) -> HttpResponse:
     hours = 24 * 7 if request.GET.get("period") == "week" else 24
     found = CrashRecord.objects.filter(
-        detected_at__gte=selectors.db_now() - timedelta(hours=hours)
+        detected_at__gte=db_now_plus(-timedelta(hours=hours))
     ).select_related("conversation", "message", "run")
     return render(
         request,
