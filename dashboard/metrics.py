@@ -130,7 +130,8 @@ class ContinuityCollector(Collector):
         yield reply_metric()
         yield GaugeMetricFamily(
             "continuity_workers_live",
-            "Worker nodes running and seen within three heartbeat intervals.",
+            "Worker nodes running and seen within two heartbeat intervals "
+            "(the watchdog's staleness rule).",
             value=Worker.objects.filter(workers_live()).count(),
         )
 
