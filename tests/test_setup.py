@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -15,9 +17,9 @@ BASE_DIR = Path(settings.BASE_DIR)
 ENSURE = BASE_DIR / "scripts" / "ensure-test-services"
 
 
-def run(argv: list[str], **env: str) -> subprocess.CompletedProcess:
+def run(argv: list[str], cwd: Path = BASE_DIR, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        argv, cwd=BASE_DIR, capture_output=True, text=True, timeout=60,
+        argv, cwd=cwd, capture_output=True, text=True, timeout=60,
         env={"PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", **env},
     )  # fmt: skip
 
@@ -46,11 +48,17 @@ def test_with_postgres_up_and_chromium_there_the_set_up_does_nothing():
 
 @pytest.mark.skipif(not shutil.which("setpriv"), reason="needs setpriv to drop root")
 def test_without_chromium_and_not_root_it_says_what_to_install():
-    result = run(
-        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", str(ENSURE)],
-        CONTINUITY_CHROMIUM="/nonexistent/chromium",
-        DATABASE_URL="postgres://elsewhere.invalid:5432/db",  # not ours to start
-    )
+    # A copy in a directory anyone may enter: a clone under `mktemp -d` (mode 0700), as CI
+    # makes, is closed to the unprivileged user.
+    with tempfile.TemporaryDirectory() as where:
+        os.chmod(where, 0o755)
+        script = Path(shutil.copy(ENSURE, where))
+        result = run(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", str(script)],
+            cwd=Path(where),
+            CONTINUITY_CHROMIUM="/nonexistent/chromium",
+            DATABASE_URL="postgres://elsewhere.invalid:5432/db",  # not ours to start
+        )
     assert result.returncode == 1
     assert result.stderr.count("\n") == 1
     assert "apt-get install chromium" in result.stderr
