@@ -65,14 +65,26 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
             await self.close(code=SESSION_ENDED)
             return
         after, pending = sync
+        branch = await self.branch_stamp()
         up_to, html = await self.render(after, pending)
-        await self.send_json({"type": "exchanges", "html": html, "up_to": up_to})
+        await self.send_json({"type": "exchanges", "html": html, "up_to": up_to, "branch": branch})
         await self.send_json({"type": "status", "html": await self.render_status()})
 
     async def message_changed(self, event: dict) -> None:
         _, html = await self.render(None, [event["message_id"]])
         await self.send_json({"type": "exchanges", "html": html})
         # A failed or interrupted attempt starts a backoff (or pauses): the status shows it.
+        await self.send_json({"type": "status", "html": await self.render_status()})
+
+    async def branch_changed(self, event: dict) -> None:
+        """Exchanges hidden by a new version or a switch are sent empty and hidden (the page
+        removes them), those shown again in full."""
+        if event["message_ids"] is None:
+            await self.send_json({"type": "reload"})
+            return
+        branch = await self.branch_stamp()
+        _, html = await self.render(None, event["message_ids"])
+        await self.send_json({"type": "exchanges", "html": html, "branch": branch})
         await self.send_json({"type": "status", "html": await self.render_status()})
 
     async def conversation_changed(self, event: dict) -> None:
@@ -119,6 +131,15 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
             for exchange in exchanges_of(self.conversation, message_ids=wanted)
         )
         return up_to, html
+
+    @database_sync_to_async
+    def branch_stamp(self) -> int:
+        """How often the shown branch has changed: a page that saw another count reloads.
+        Read before the rendering, so a change in between makes the page reload, not miss."""
+        stamp = Conversation.objects.filter(pk=self.conversation.pk).values_list(
+            "branch_changes", flat=True
+        )
+        return stamp.first() or 0
 
     @database_sync_to_async
     def render_status(self) -> str:

@@ -6,7 +6,8 @@ from continuity.models import Conversation, Message
 
 
 def export_messages(conversation: Conversation):
-    return conversation.messages.order_by("id")
+    """The shown branch, as the page shows it; other versions stay in the app."""
+    return conversation.messages.filter(hidden_with__isnull=True).order_by("id")
 
 
 def export_markdown(conversation: Conversation) -> str:

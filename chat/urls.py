@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import conversation_views, memory_views, recovery_views, views
+from . import branch_views, conversation_views, memory_views, recovery_views, views
 
 app_name = "chat"
 urlpatterns = [
@@ -11,6 +11,18 @@ urlpatterns = [
     path("c/<int:pk>/retry-now/", views.retry_now, name="retry_now"),
     path("c/<int:pk>/messages/<int:message_pk>/stop/", views.reply_stop_view, name="stop"),
     path("c/<int:pk>/messages/<int:message_pk>/retry/", views.message_retry_view, name="retry"),
+    path("c/<int:pk>/messages/<int:message_pk>/edit/", branch_views.message_edit_view, name="edit"),
+    path(
+        "c/<int:pk>/messages/<int:message_pk>/regenerate/",
+        branch_views.reply_regenerate_view,
+        name="regenerate",
+    ),
+    path(
+        "c/<int:pk>/messages/<int:message_pk>/show/",
+        branch_views.version_show_view,
+        name="version_show",
+    ),
+    path("c/<int:pk>/exchanges/", branch_views.exchanges_older, name="exchanges_older"),
     path("c/<int:pk>/rename/", conversation_views.conversation_rename_view, name="rename"),
     path("c/<int:pk>/brain/", conversation_views.conversation_brain_view, name="brain"),
     path("c/<int:pk>/archive/", conversation_views.conversation_archive_view, name="archive"),

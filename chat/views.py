@@ -24,6 +24,7 @@ from continuity.selectors import (
     conversation_status,
     conversations_of,
     exchanges_of,
+    exchanges_page,
     newest_message_id,
     sidebar_conversations_of,
 )
@@ -60,6 +61,11 @@ def own_conversation(request: HttpRequest, pk: int) -> Conversation:
     return get_object_or_404(conversations_of(request.user), pk=pk)
 
 
+def id_param(request: HttpRequest, name: str) -> int | None:
+    value = request.GET.get(name, "")
+    return int(value) if value.isdigit() else None
+
+
 def page_context(request: HttpRequest, conversation: Conversation | None, form: MessageForm):
     sidebar = sidebar_conversations_of(request.user)
     context = {
@@ -71,7 +77,11 @@ def page_context(request: HttpRequest, conversation: Conversation | None, form: 
     if conversation is not None:
         # Read before the exchanges: the page then holds at least everything up to this id.
         context["synced_up_to"] = newest_message_id(conversation)
-        context["exchanges"] = exchanges_of(conversation)
+        # Newest first; `before` (the older-page link without script) and `since` (a search
+        # result) open further back.
+        context["page"] = exchanges_page(
+            conversation, before=id_param(request, "before"), since=id_param(request, "since")
+        )
         context.update(conversation_status(conversation))
         context["brain_form"] = BrainForm(
             initial={"brain": conversation.brain or settings.CONTINUITY_BRAIN}

@@ -371,7 +371,7 @@ class ConversationAdmin(admin.ModelAdmin):
     # Lifecycle fields change only through services (the resume action), never by hand.
     readonly_fields = [
         "state", "paused_reason", "retry_at", "client_id", "enqueued_at", "created_at",
-        "updated_at", "history", "context_tools",
+        "updated_at", "branch_changes", "history", "context_tools",
     ]  # fmt: skip
     inlines = [MessageInline, RunInline, HandoffInline]
     actions = ["resume"]
@@ -453,8 +453,8 @@ class MessageAdmin(admin.ModelAdmin):
     # Messages come from people and the agent, through the services: staff read or delete them
     # (moderation), and correct a failed one through its dead letter's edit and retry.
     readonly_fields = ["conversation", "role", "text", "state", "attempts", "interruptions",
-                       "version", "client_id", "reply_to", "reasked_from", "created_at",
-                       "updated_at", "related"]  # fmt: skip
+                       "version", "client_id", "reply_to", "reasked_from", "version_of",
+                       "hidden_with", "created_at", "updated_at", "related"]  # fmt: skip
 
     def has_add_permission(self, request):
         return False

@@ -45,6 +45,11 @@ class Conversation(models.Model):
         blank=True,
         help_text="Archived by its owner: out of the sidebar, still answered and searchable.",
     )
+    branch_changes = models.PositiveIntegerField(
+        default=0,
+        help_text="Bumped whenever the shown branch changes (an edit, a regeneration, a switch "
+        "of versions): a page that missed the change while offline reloads.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -113,6 +118,24 @@ class Message(models.Model):
         on_delete=models.SET_NULL,
         related_name="reasks",
         help_text="For a message staff sent again from a dead letter: the message it re-asks.",
+    )
+    version_of = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="later_versions",
+        help_text="For a user message that was edited or whose reply was regenerated: the first "
+        "version at this point of the conversation. Each version starts its own branch.",
+    )
+    hidden_with = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="+",
+        help_text="Empty for the branch that is shown. Otherwise the version whose branch this "
+        "message is on: showing that version again shows it again.",
     )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

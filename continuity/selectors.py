@@ -25,6 +25,30 @@ class Exchange:
     streamed_text: str = ""
     last_seq: int = 0
     recoveries: tuple[RecoveryBanner, ...] = ()
+    versions: Versions | None = None
+
+
+@dataclass(frozen=True)
+class Versions:
+    """The versions of a message (edits, regenerated replies), each the start of a branch."""
+
+    ids: tuple[int, ...]
+    shown: int  # the id of the version on the shown branch
+    edited: bool  # some version has other text: the switcher goes with the message, not the reply
+
+    @property
+    def position(self) -> int:
+        return self.ids.index(self.shown) + 1
+
+    @property
+    def previous(self) -> int | None:
+        at = self.ids.index(self.shown)
+        return self.ids[at - 1] if at else None
+
+    @property
+    def next(self) -> int | None:
+        at = self.ids.index(self.shown)
+        return self.ids[at + 1] if at + 1 < len(self.ids) else None
 
 
 @dataclass(frozen=True)
@@ -44,26 +68,80 @@ def sidebar_conversations_of(owner) -> QuerySet[Conversation]:
     return conversations_of(owner).filter(archived_at__isnull=True)
 
 
-def exchanges_of(
-    conversation: Conversation, *, message_ids: Iterable[int] | None = None
-) -> list[Exchange]:
-    messages = conversation.messages.filter(role=Message.Role.USER).select_related(
-        "reply", "dead_letter__retried_as", "reasked_from"
+EXCHANGES_PAGE = 30
+
+
+def exchanges_of(conversation: Conversation, *, message_ids: Iterable[int]) -> list[Exchange]:
+    """The exchanges of these user messages, hidden ones included (a page removes them)."""
+    messages = conversation.messages.filter(role=Message.Role.USER, pk__in=list(message_ids))
+    return exchanges_from(messages)
+
+
+@dataclass(frozen=True)
+class ExchangesPage:
+    exchanges: list[Exchange]
+    older_than: int | None  # the oldest shown id, when older exchanges are left to load
+
+
+def exchanges_page(
+    conversation: Conversation, *, before: int | None = None, since: int | None = None
+) -> ExchangesPage:
+    """The shown branch's newest EXCHANGES_PAGE exchanges (before message `before`), or every
+    one from message `since` on (a search result links into the past)."""
+    shown = conversation.messages.filter(role=Message.Role.USER, hidden_with__isnull=True)
+    if before is not None:
+        shown = shown.filter(pk__lt=before)
+    window = shown.filter(pk__gte=since) if since is not None else shown
+    limit = EXCHANGES_PAGE if since is None else EXCHANGES_PAGE * 20
+    ids = sorted(window.order_by("-id").values_list("pk", flat=True)[:limit])
+    older = ids and shown.filter(pk__lt=ids[0]).exists()
+    return ExchangesPage(
+        exchanges=exchanges_from(Message.objects.filter(pk__in=ids)),
+        older_than=ids[0] if older else None,
     )
-    if message_ids is not None:
-        messages = messages.filter(pk__in=list(message_ids))
-    messages = list(messages.order_by("id"))
+
+
+def exchanges_from(messages: QuerySet[Message]) -> list[Exchange]:
+    messages = list(
+        messages.select_related("reply", "dead_letter__retried_as", "reasked_from").order_by("id")
+    )
     streaming = streaming_runs(m.pk for m in messages if m.state == Message.State.PROCESSING)
     banners = recovery_banners([m.pk for m in messages])
+    versions = versions_of([m for m in messages if m.hidden_with_id is None])
     return [
         Exchange(
             message=m,
             reply=getattr(m, "reply", None),
             recoveries=banners.get(m.pk, ()),
+            versions=versions.get(m.pk),
             **streaming.get(m.pk, {}),
         )
         for m in messages
     ]
+
+
+def versions_of(messages: list[Message]) -> dict[int, Versions]:
+    """For each shown message that has other versions: all of them, in the order written."""
+    roots = {m.version_of_id or m.pk for m in messages}
+    later = Message.objects.filter(version_of_id__in=roots).order_by("id")
+    rows = list(later.values_list("version_of_id", "pk", "text"))
+    if not rows:
+        return {}
+    groups: dict[int, list[tuple[int, str]]] = {}
+    first_texts = dict(Message.objects.filter(pk__in=roots).values_list("pk", "text"))
+    for root, pk, text in rows:
+        first = [(root, first_texts[root])] if root in first_texts else []  # deleted by staff
+        groups.setdefault(root, first).append((pk, text))
+    found = {}
+    for m in messages:
+        group = groups.get(m.version_of_id or m.pk)
+        if group and len(group) > 1:
+            found[m.pk] = Versions(
+                ids=tuple(pk for pk, _ in group),
+                shown=m.pk,
+                edited=len({text for _, text in group}) > 1,
+            )
+    return found
 
 
 def recovery_banners(message_ids: list[int]) -> dict[int, tuple[RecoveryBanner, ...]]:
@@ -131,7 +209,7 @@ def conversation_status(conversation: Conversation) -> dict:
 class SearchHit:
     conversation: Conversation
     snippet: str  # plain text; the found words between MARK_START and MARK_END
-    message_id: int | None = None
+    message_id: int | None = None  # the exchange found: its user message
 
 
 MARK_START, MARK_END = "\x02", "\x03"
@@ -145,7 +223,8 @@ def conversations_search(owner, query: str) -> list[SearchHit]:
     query = query.strip()
     if not query:
         return []
-    messages = Message.objects.filter(conversation__owner=owner)
+    # What the person sees: a message on a branch that is not shown would open elsewhere.
+    messages = Message.objects.filter(conversation__owner=owner, hidden_with__isnull=True)
     if connection.vendor == "postgresql":
         found = full_text_hits(messages, query)
     else:
@@ -162,7 +241,11 @@ def substring_hits(messages: QuerySet[Message], query: str) -> list[SearchHit]:
     for m in messages.filter(text__icontains=query).select_related("conversation")[:SEARCH_LIMIT]:
         first.setdefault(
             m.conversation_id,
-            SearchHit(conversation=m.conversation, snippet=m.text[:200], message_id=m.pk),
+            SearchHit(
+                conversation=m.conversation,
+                snippet=m.text[:200],
+                message_id=m.reply_to_id or m.pk,
+            ),
         )
     return list(first.values())
 
@@ -192,5 +275,6 @@ def full_text_hits(messages: QuerySet[Message], query: str) -> list[SearchHit]:
         key=lambda m: (-m.rank, -m.pk),
     )
     return [
-        SearchHit(conversation=m.conversation, snippet=m.snippet, message_id=m.pk) for m in rows
+        SearchHit(conversation=m.conversation, snippet=m.snippet, message_id=m.reply_to_id or m.pk)
+        for m in rows
     ]

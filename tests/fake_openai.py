@@ -36,8 +36,16 @@ def reply_to(text: str) -> str:
 
 class FakeOpenAI:
     def __init__(
-        self, *, api_key: str = "test-key", model: str = "fake-model", delay: float = 0.02
+        self,
+        *,
+        api_key: str = "test-key",
+        model: str = "fake-model",
+        delay: float = 0.02,
+        numbered: bool = False,
     ) -> None:
+        """`numbered`: each streamed answer to the same text starts "Take N." (regenerated
+        replies differ, as a sampling model's do)."""
+        self.numbered = numbered
         self.api_key = api_key
         self.model = model
         self.delay = delay  # seconds between streamed words
@@ -126,8 +134,12 @@ class OpenAIHandler(BaseHTTPRequestHandler):
             return self.error(status, f"Failing on purpose with {status}.")
         if body.get("model") != self.fake.model:
             return self.error(404, f"The model `{body.get('model')}` does not exist.")
-        text = reply_to(last_user_text(body.get("messages") or []))
+        asked = last_user_text(body.get("messages") or [])
+        text = reply_to(asked)
         if body.get("stream"):
+            if self.fake.numbered:
+                takes = [last_user_text(b.get("messages") or []) for b in self.fake.streamed()]
+                text = f"Take {takes.count(asked)}. {text}"
             return self.stream(text)
         return self.json(200, completion(self.fake.model, text))
 

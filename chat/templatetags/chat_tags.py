@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import uuid
 from datetime import datetime
 
 from django import template
@@ -35,3 +36,9 @@ def message_time(at: datetime) -> SafeString:
         date_format(at, "j F Y, H:i e"),
         date_format(at, "j M Y, H:i e"),
     )
+
+
+@register.simple_tag
+def new_client_id() -> str:
+    """A client id for a form that adds a message: a resubmitted form finds what it added."""
+    return str(uuid.uuid4())

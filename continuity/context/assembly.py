@@ -45,7 +45,12 @@ class ContextRefs:
 
 
 def summary_latest(*, conversation_id: int) -> Summary | None:
-    return Summary.objects.filter(conversation_id=conversation_id).order_by("-version").first()
+    """The newest summary of the shown branch: one that covers turns now on a hidden branch
+    (the conversation was edited before its end) would put them back into the prompt."""
+    summaries = Summary.objects.filter(
+        conversation_id=conversation_id, covers_through__hidden_with__isnull=True
+    )
+    return summaries.order_by("-version").first()
 
 
 def turn_pairs(*, conversation_id: int, after_id: int, before_id: int) -> list[list[int]]:
@@ -56,6 +61,7 @@ def turn_pairs(*, conversation_id: int, after_id: int, before_id: int) -> list[l
             conversation_id=conversation_id,
             role=Message.Role.USER,
             state=Message.State.DONE,
+            hidden_with__isnull=True,
             id__gt=after_id,
             id__lt=before_id,
         )

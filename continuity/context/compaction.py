@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Max
 
 from ..brains import Turn
 from ..models import Conversation, Message, Run, Summary
-from .assembly import ContextRefs, summary_latest
+from .assembly import ContextRefs
 from .handoffs import handoff_for_compaction
 from .tokens import compaction_threshold
 
@@ -40,10 +41,10 @@ def summary_write(
     """Add the next summary version (the conversation row is locked: versions never clash)."""
     with transaction.atomic():
         list(Conversation.objects.select_for_update().filter(pk=conversation_id).values("pk"))
-        latest = summary_latest(conversation_id=conversation_id)
+        newest = Summary.objects.filter(conversation_id=conversation_id).aggregate(v=Max("version"))
         return Summary.objects.create(
             conversation_id=conversation_id,
-            version=(latest.version if latest else 0) + 1,
+            version=(newest["v"] or 0) + 1,
             covers_through_id=covers_through_id,
             text=text,
             author=author,

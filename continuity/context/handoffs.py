@@ -7,6 +7,7 @@ after a crash, at a pause and at a compaction; by staff in the admin. Never over
 from __future__ import annotations
 
 from django.db import transaction
+from django.db.models import Max, Q
 
 from ..brains import HandoffNote
 from ..models import Conversation, Handoff, Run, sections_lines
@@ -15,7 +16,12 @@ SECTIONS = ("current_state", "critical_context", "next_steps", "decisions")
 
 
 def handoff_latest(*, conversation_id: int) -> Handoff | None:
-    return Handoff.objects.filter(conversation_id=conversation_id).order_by("-version").first()
+    """The newest handoff of the shown branch: one written at the end of a turn that is now on
+    a hidden branch (the conversation was edited before it) describes a state left behind."""
+    handoffs = Handoff.objects.filter(conversation_id=conversation_id).filter(
+        Q(run__isnull=True) | Q(run__message__hidden_with__isnull=True)
+    )
+    return handoffs.order_by("-version").first()
 
 
 def section_text(value: str | list[str]) -> str:
@@ -43,13 +49,15 @@ def handoff_write(
     transaction, so no deadlock), hence two writers never pick the same version number."""
     with transaction.atomic():
         list(Conversation.objects.select_for_update().filter(pk=conversation_id).values("pk"))
-        latest = handoff_latest(conversation_id=conversation_id)
         texts = {name: section_text(sections.get(name, "")) for name in SECTIONS}
-        if only_if_changed and texts == handoff_sections(latest):
+        if only_if_changed and texts == handoff_sections(
+            handoff_latest(conversation_id=conversation_id)
+        ):
             return None
+        newest = Handoff.objects.filter(conversation_id=conversation_id).aggregate(v=Max("version"))
         return Handoff.objects.create(
             conversation_id=conversation_id,
-            version=(latest.version if latest else 0) + 1,
+            version=(newest["v"] or 0) + 1,
             reason=reason,
             author=author,
             run=run,

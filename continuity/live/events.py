@@ -162,3 +162,13 @@ def publish_reply_chunk(
             "text": text,
         },
     )
+
+
+BRANCH_CHANGE_MAX_IDS = 2000
+
+
+def publish_branch_changed(*, conversation_id: int, message_ids: list[int]) -> None:
+    """Messages were hidden or shown by a new version or a switch of versions. A change too
+    large for one event asks pages to reload instead (message_ids None)."""
+    ids = message_ids if len(message_ids) <= BRANCH_CHANGE_MAX_IDS else None
+    publish(conversation_id, {"type": "branch.changed", "message_ids": ids})

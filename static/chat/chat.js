@@ -90,19 +90,37 @@
     hint.hidden = waitExplained || !slow;
   }
 
+  // Exchanges that a new version or a switch of versions hid: (version, seq) at removal, so
+  // that an older rendering arriving late does not bring them back.
+  const removedAt = new Map();
+
+  // Only the shown window is kept live: older exchanges load with their page (scrolling up),
+  // and a page opened on older messages (?before=) does not grow at its end.
+  function outsideWindow(box, id) {
+    const older = box.querySelector("[data-load-older]");
+    const end = Number(box.dataset.windowEnd || 0);
+    return (older && id < Number(older.dataset.loadOlder)) || (end && id >= end);
+  }
+
   function upsertExchange(box, incoming) {
     const current = document.getElementById(incoming.id);
-    awaitingSync.delete(Number(incoming.dataset.messageId));
-    progressed(incoming.dataset.messageId);
-    if (current) {
-      if (olderThan(rank(incoming), rank(current))) return;
-      current.replaceWith(incoming);
-    } else {
-      const id = Number(incoming.dataset.messageId);
+    const id = Number(incoming.dataset.messageId);
+    awaitingSync.delete(id);
+    progressed(id);
+    if (removedAt.has(id) && olderThan(rank(incoming), removedAt.get(id))) return;
+    if (current && olderThan(rank(incoming), rank(current))) return;
+    if ("hidden" in incoming.dataset) {
+      removedAt.set(id, rank(incoming));
+      current?.remove();
+      return;
+    }
+    if (current) current.replaceWith(incoming);
+    else {
+      if (outsideWindow(box, id)) return;
       const next = [...box.querySelectorAll("[data-exchange]")].find(
         (el) => Number(el.dataset.messageId) > id,
       );
-      box.insertBefore(incoming, next || null);
+      box.insertBefore(incoming, next || box.querySelector(".newer"));
     }
     htmx.process(incoming); // its Stop and Retry forms post with htmx (and the CSRF header)
     enhance(incoming);
@@ -366,9 +384,33 @@
     }, seconds * 1000);
   }
 
+  // Forms next to a message (edit, regenerate, versions) say why they were refused beside it.
+  function formError(form, text) {
+    const box = form.querySelector("[data-form-error]");
+    if (box) box.textContent = text;
+  }
+
+  document.addEventListener("htmx:beforeRequest", (event) => {
+    const form = event.detail.elt.closest?.("[data-inline-errors]");
+    if (form) formError(form, "");
+  });
+
+  // An older page of exchanges arrived (scrolling up): copy buttons, local times and so on.
+  document.addEventListener("htmx:afterSwap", (event) => {
+    if (!event.detail.requestConfig?.elt?.matches?.("[data-load-older]")) return;
+    const box = exchangesBox();
+    enhance(box);
+    box.querySelectorAll("[data-exchange]").forEach((el) => noteState(el, { quietly: true }));
+  });
+
   document.addEventListener("htmx:responseError", (event) => {
     const status = event.detail.xhr.status;
+    const inline = event.detail.elt.closest?.("[data-inline-errors]");
     if (status === 401) signedOut();
+    else if (inline) {
+      const said = event.detail.xhr.getResponseHeader("Content-Type")?.startsWith("text/plain");
+      formError(inline, said ? event.detail.xhr.responseText : `The server answered ${status}; try again.`);
+    }
     else if (status === 503 && event.detail.elt.matches("#composer")) {
       sendUnsure();
       resendLater(event.detail.elt, Number(event.detail.xhr.getResponseHeader("Retry-After")) || 3);
@@ -510,11 +552,24 @@
       scrollToEnd(wasNearBottom);
     }
 
+    // How often the shown branch had changed when the page last learned of it: a catch-up
+    // that reports another count means a change was missed while offline, so the page reloads.
+    const box = exchangesBox();
+    function reloadKeepingDraft() {
+      keepDraft();
+      window.location.reload();
+    }
+
     function receive(event) {
       if (event.type === "exchanges") {
+        const missedBranchChange =
+          event.up_to !== undefined && event.branch !== Number(box.dataset.branch);
+        if (missedBranchChange) return reloadKeepingDraft();
+        if (event.branch !== undefined) box.dataset.branch = String(event.branch);
         upsertFragment(fragmentOf(event.html));
         if (event.up_to) syncedUpTo = Math.max(syncedUpTo, event.up_to);
       }
+      else if (event.type === "reload") reloadKeepingDraft();
       else if (event.type === "chunk") applyChunk(event);
       else if (event.type === "status") {
         const status = document.getElementById("conversation-status");

@@ -206,7 +206,8 @@ def test_the_head_sidebar_and_composer_stay_in_view_in_a_long_conversation(page:
     assert page.evaluate("document.scrollingElement.scrollHeight <= innerHeight")  # the page not
     expect(page.get_by_role("button", name="Copy code")).to_be_in_viewport()  # opens at the end
     exchanges.evaluate("el => { el.scrollTop = 0; }")
-    expect(page.get_by_text("Question 0", exact=True)).to_be_in_viewport()
+    asked = page.locator(".bubble.user .text")
+    expect(asked.get_by_text("Question 0", exact=True)).to_be_in_viewport()
     for fixed in [
         page.locator(".topbar"),
         page.locator("[data-live-indicator]"),

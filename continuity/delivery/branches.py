@@ -1,0 +1,125 @@
+"""Versions and branches (seed 003, "branching"): editing a sent message or regenerating the last
+reply asks again from that point as a new version, on a new branch; the old branch is kept and
+can be shown again.
+
+The shown branch is the messages whose `hidden_with` is empty; it is one path through the
+tree, and along a path ids only grow, so "the shown branch after message M" is every shown
+message with an id from M's on. Hiding a version stamps its part of the shown branch with that
+version (`hidden_with`); showing it again clears exactly those stamps. Nothing is deleted, and
+a new version is an ordinary queued message at the end of the conversation, answered by the
+same pipeline with its own attempts and checkpoints.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+from django.db import transaction
+from django.db.models import F, Q
+
+from ..errors import ClientIdReused, InvalidTransition
+from ..live.events import publish_branch_changed
+from ..models import Conversation, Message
+from .attempts import conversation_lock, pending_messages
+from .inbox import message_clean_text, message_queue, same_text_or_refuse
+
+logger = logging.getLogger(__name__)
+BUSY = "Wait until the reply is finished (or stop it) before changing the conversation."
+
+
+def message_edit(*, message: Message, text: str, client_id: uuid.UUID) -> Message:
+    """Send an edited version of `message` as a new branch from that point."""
+    return version_add(message=message, text=message_clean_text(text), client_id=client_id)
+
+
+def reply_regenerate(*, message: Message, client_id: uuid.UUID) -> Message:
+    """Ask the last message again for another reply; the earlier reply stays as a version."""
+    return version_add(message=message, text=message.text, client_id=client_id, last_only=True)
+
+
+def version_add(
+    *, message: Message, text: str, client_id: uuid.UUID, last_only: bool = False
+) -> Message:
+    """A new version of `message` at the end of the conversation, its branch shown instead of
+    the one from `message` on. A resubmitted form (same client id) returns the stored version."""
+    with transaction.atomic():
+        conversation_lock(message.conversation_id)
+        current = Message.objects.get(pk=message.pk)
+        root = current.version_of_id or current.pk
+        resubmitted = Message.objects.filter(
+            conversation_id=current.conversation_id, client_id=client_id
+        ).first()
+        if resubmitted is not None:
+            if resubmitted.version_of_id != root:
+                raise ClientIdReused("This form was already used for another message.")
+            return same_text_or_refuse(resubmitted, text)
+        if current.hidden_with_id is not None:
+            raise InvalidTransition("This message is on a branch that is no longer shown.")
+        if pending_messages(current.conversation_id).exists():
+            raise InvalidTransition(BUSY)
+        last = shown_user_messages(current.conversation_id).order_by("-id").first()
+        if last_only and last != current:
+            raise InvalidTransition("Only the last reply can be regenerated.")
+        changed = branch_hide(version=current)
+        added = message_queue(
+            conversation_id=current.conversation_id,
+            text=text,
+            client_id=client_id,
+            version_of_id=root,
+        )
+        transaction.on_commit(
+            lambda: publish_branch_changed(
+                conversation_id=current.conversation_id, message_ids=changed
+            )
+        )
+    logger.info("Message %s: version %s added on a new branch", current.pk, added.pk)
+    return added
+
+
+def version_show(*, message: Message) -> None:
+    """Show `message`'s branch instead of the version of it that is shown now."""
+    with transaction.atomic():
+        conversation_lock(message.conversation_id)
+        current = Message.objects.get(pk=message.pk)
+        root = current.version_of_id or current.pk
+        shown = (
+            Message.objects.filter(Q(pk=root) | Q(version_of_id=root), hidden_with__isnull=True)
+            .exclude(pk=current.pk)
+            .first()
+        )
+        if current.hidden_with_id is None:
+            return  # already shown: a double click, or another tab did it
+        if shown is None or current.hidden_with_id != current.pk:
+            raise InvalidTransition("This version is on a branch that is not shown.")
+        if pending_messages(message.conversation_id).exists():
+            raise InvalidTransition(BUSY)
+        changed = branch_hide(version=shown)
+        revealed = Message.objects.filter(hidden_with=current)
+        changed += list(revealed.filter(role=Message.Role.USER).values_list("pk", flat=True))
+        revealed.update(hidden_with=None, version=F("version") + 1)
+        transaction.on_commit(
+            lambda: publish_branch_changed(
+                conversation_id=message.conversation_id, message_ids=changed
+            )
+        )
+
+
+def branch_hide(*, version: Message) -> list[int]:
+    """Hide the shown branch from `version` on, stamped with it; the hidden user messages' ids.
+    Versions are bumped so that open pages replace what they show."""
+    hidden = Message.objects.filter(
+        conversation_id=version.conversation_id, hidden_with__isnull=True, id__gte=version.pk
+    )
+    changed = list(hidden.filter(role=Message.Role.USER).values_list("pk", flat=True))
+    hidden.update(hidden_with=version, version=F("version") + 1)
+    Conversation.objects.filter(pk=version.conversation_id).update(
+        branch_changes=F("branch_changes") + 1
+    )
+    return changed
+
+
+def shown_user_messages(conversation_id: int):
+    return Message.objects.filter(
+        conversation_id=conversation_id, role=Message.Role.USER, hidden_with__isnull=True
+    )

@@ -1,0 +1,204 @@
+"""Versions and branches: regenerate the last reply, edit a sent message, show another version;
+what the next attempt is given follows the shown branch."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from continuity.context.assembly import context_gather, summary_latest
+from continuity.context.compaction import summary_write
+from continuity.context.handoffs import handoff_latest, handoff_write
+from continuity.delivery.branches import message_edit, reply_regenerate, version_show
+from continuity.errors import ClientIdReused, InvalidMessage, InvalidTransition
+from continuity.models import Conversation, Handoff, Message, Run
+from continuity.selectors import exchanges_of, exchanges_page
+from tests.factories import ConversationFactory, MessageFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def answered(conversation: Conversation, text: str) -> Message:
+    """A user message with its reply, as the pipeline leaves them."""
+    question = MessageFactory(conversation=conversation, text=text, state=Message.State.DONE)
+    Message.objects.create(
+        conversation=conversation,
+        role=Message.Role.ASSISTANT,
+        text=f"Reply to {text}",
+        state=Message.State.DONE,
+        reply_to=question,
+    )
+    return question
+
+
+def answer(message: Message, text: str) -> None:
+    Message.objects.filter(pk=message.pk).update(state=Message.State.DONE)
+    Message.objects.create(
+        conversation_id=message.conversation_id,
+        role=Message.Role.ASSISTANT,
+        text=text,
+        state=Message.State.DONE,
+        reply_to=message,
+    )
+
+
+def shown_texts(conversation: Conversation) -> list[str]:
+    shown = conversation.messages.filter(hidden_with__isnull=True).order_by("id")
+    return list(shown.values_list("text", flat=True))
+
+
+@pytest.fixture
+def chat():
+    conversation = ConversationFactory()
+    for text in ("one", "two", "three"):
+        answered(conversation, text)
+    return conversation
+
+
+def test_regenerate_asks_the_last_message_again_and_keeps_the_old_reply(chat):
+    last = chat.messages.get(text="three")
+    again = reply_regenerate(message=last, client_id=uuid.uuid4())
+    assert (again.text, again.state, again.version_of_id) == ("three", "queued", last.pk)
+    assert again.pk > last.reply.pk  # at the end: answered in order, with its own checkpoints
+    assert shown_texts(chat) == ["one", "Reply to one", "two", "Reply to two", "three"]
+    assert set(Message.objects.filter(hidden_with=last).values_list("text", flat=True)) == {
+        "three",
+        "Reply to three",
+    }
+    chat.refresh_from_db()
+    assert chat.branch_changes == 1
+    answer(again, "Another reply to three")
+    [exchange] = exchanges_of(chat, message_ids=[again.pk])
+    assert (exchange.versions.ids, exchange.versions.position) == ((last.pk, again.pk), 2)
+    assert not exchange.versions.edited  # same text: the switcher goes with the reply
+
+
+def test_regenerate_is_refused_on_an_earlier_reply_and_while_a_message_waits(chat):
+    with pytest.raises(InvalidTransition, match="Only the last reply"):
+        reply_regenerate(message=chat.messages.get(text="two"), client_id=uuid.uuid4())
+    MessageFactory(conversation=chat, text="four")  # queued
+    with pytest.raises(InvalidTransition, match="Wait until the reply is finished"):
+        reply_regenerate(message=chat.messages.get(text="three"), client_id=uuid.uuid4())
+    with pytest.raises(InvalidTransition, match="Wait until the reply is finished"):
+        message_edit(message=chat.messages.get(text="one"), text="uno", client_id=uuid.uuid4())
+    assert not Message.objects.filter(hidden_with__isnull=False).exists()
+
+
+def test_a_resubmitted_form_adds_one_version(chat):
+    client_id = uuid.uuid4()
+    last = chat.messages.get(text="three")
+    first = reply_regenerate(message=last, client_id=client_id)
+    assert reply_regenerate(message=last, client_id=client_id) == first
+    assert Message.objects.filter(version_of__isnull=False).count() == 1
+
+
+def test_editing_a_message_starts_a_branch_and_the_next_attempt_sees_only_it(chat):
+    two = chat.messages.get(text="two")
+    edited = message_edit(message=two, text="  two, corrected  ", client_id=uuid.uuid4())
+    assert (edited.text, edited.version_of_id) == ("two, corrected", two.pk)
+    assert shown_texts(chat) == ["one", "Reply to one", "two, corrected"]
+    refs = context_gather(message=edited)
+    turns = Message.objects.in_bulk(refs.turns)
+    assert [turns[pk].text for pk in refs.turns] == ["one", "Reply to one"]
+    [exchange] = exchanges_of(chat, message_ids=[edited.pk])
+    assert exchange.versions.edited and exchange.versions.position == 2
+
+
+def test_an_empty_edit_is_refused_and_changes_nothing(chat):
+    with pytest.raises(InvalidMessage):
+        message_edit(message=chat.messages.get(text="two"), text="   ", client_id=uuid.uuid4())
+    assert shown_texts(chat)[-1] == "Reply to three"
+
+
+def test_showing_a_version_again_brings_back_its_whole_branch(chat):
+    two = chat.messages.get(text="two")
+    edited = message_edit(message=two, text="deux", client_id=uuid.uuid4())
+    answer(edited, "Reply to deux")
+    four = answered(chat, "four on the deux branch")
+    version_show(message=two)
+    assert shown_texts(chat) == [
+        "one", "Reply to one", "two", "Reply to two", "three", "Reply to three",
+    ]  # fmt: skip
+    version_show(message=two)  # a second click (or another tab): nothing more happens
+    version_show(message=edited)
+    assert shown_texts(chat) == [
+        "one", "Reply to one", "deux", "Reply to deux", "four on the deux branch",
+        "Reply to four on the deux branch",
+    ]  # fmt: skip
+    assert Message.objects.get(pk=four.pk).hidden_with_id is None
+
+
+def test_nested_branches_come_back_as_they_were_left(chat):
+    one = chat.messages.get(text="one")
+    three = chat.messages.get(text="three")
+    three_b = message_edit(message=three, text="three b", client_id=uuid.uuid4())
+    answer(three_b, "Reply to three b")
+    one_b = message_edit(message=one, text="one b", client_id=uuid.uuid4())
+    answer(one_b, "Reply to one b")
+    version_show(message=one)  # the original branch, as it was left: with "three b"
+    assert shown_texts(chat) == [
+        "one", "Reply to one", "two", "Reply to two", "three b", "Reply to three b",
+    ]  # fmt: skip
+    with pytest.raises(InvalidTransition):
+        version_show(message=one_b.reply)  # not a version on the shown branch's switchers
+
+
+def test_a_version_on_a_hidden_branch_cannot_be_edited_or_shown_directly(chat):
+    one = chat.messages.get(text="one")
+    three = chat.messages.get(text="three")
+    message_edit(message=one, text="one b", client_id=uuid.uuid4())
+    with pytest.raises(InvalidTransition, match="no longer shown"):
+        message_edit(message=three, text="x", client_id=uuid.uuid4())
+    with pytest.raises(InvalidTransition, match="not shown"):
+        version_show(message=three)
+
+
+def test_a_form_used_for_another_message_is_refused(chat):
+    client_id = uuid.uuid4()
+    answer(message_edit(message=chat.messages.get(text="three"), text="3", client_id=client_id), "")
+    version_show(message=chat.messages.get(text="three"))
+    with pytest.raises(ClientIdReused):
+        message_edit(message=chat.messages.get(text="one"), text="1", client_id=client_id)
+
+
+def test_summaries_and_handoffs_of_a_hidden_branch_are_left_out(chat):
+    one, two, three = (chat.messages.get(text=t) for t in ("one", "two", "three"))
+    kept = summary_write(conversation_id=chat.pk, covers_through_id=one.pk, text="Said one.")
+    summary_write(conversation_id=chat.pk, covers_through_id=two.pk, text="Said one and two.")
+    on_branch = handoff_write(conversation_id=chat.pk, reason="staff_edit", sections={})
+    run = Run.objects.create(
+        conversation=chat,
+        message=three,
+        attempt=1,
+        state="completed",
+        heartbeat_at=three.created_at,
+    )
+    handoff_write(
+        conversation_id=chat.pk,
+        reason=Handoff.Reason.END_OF_TURN,
+        sections={"current_state": "Answered three"},
+        run=run,
+    )
+    edited = message_edit(message=two, text="two b", client_id=uuid.uuid4())
+    assert summary_latest(conversation_id=chat.pk) == kept
+    assert handoff_latest(conversation_id=chat.pk) == on_branch
+    refs = context_gather(message=edited)
+    assert refs.summary_id == kept.pk and refs.handoff_id == on_branch.pk
+    # New versions keep counting up, whichever branch the newest was written on.
+    assert summary_write(conversation_id=chat.pk, covers_through_id=one.pk, text="x").version == 3
+
+
+def test_the_page_loads_the_newest_exchanges_and_older_ones_on_request():
+    chat = ConversationFactory()
+    questions = [answered(chat, f"question {n}") for n in range(75)]
+    newest = exchanges_page(chat)
+    assert [e.message.pk for e in newest.exchanges] == [q.pk for q in questions[45:]]
+    assert newest.older_than == questions[45].pk
+    older = exchanges_page(chat, before=newest.older_than)
+    assert [e.message.pk for e in older.exchanges] == [q.pk for q in questions[15:45]]
+    oldest = exchanges_page(chat, before=older.older_than)
+    assert [e.message.pk for e in oldest.exchanges] == [q.pk for q in questions[:15]]
+    assert oldest.older_than is None
+    since = exchanges_page(chat, since=questions[10].pk)
+    assert since.exchanges[0].message == questions[10] and since.older_than == questions[10].pk
