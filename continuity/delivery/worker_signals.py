@@ -8,12 +8,14 @@ import threading
 from celery.signals import (
     task_received,
     worker_init,
+    worker_process_shutdown,
     worker_ready,
     worker_shutdown,
     worker_shutting_down,
 )
 from django.db import DatabaseError, InterfaceError, close_old_connections, connection
 
+from ..live.events import publisher_flush
 from .heartbeats import WorkerHeartbeat
 from .inbox import drain_received
 from .recovery import runs_interrupt, worker_start_scan
@@ -29,6 +31,12 @@ _heartbeats: dict[str, WorkerHeartbeat] = {}
 def on_worker_init(sender, **kwargs) -> None:
     # Before the pool is forked, so every pool process inherits this start's id.
     incarnation_begin()
+
+
+@worker_process_shutdown.connect
+def on_worker_process_shutdown(**kwargs) -> None:
+    # Pool processes end without running atexit: send the live updates already handed over.
+    publisher_flush()
 
 
 @task_received.connect

@@ -8,6 +8,7 @@ never raised, and never allowed to stall the reply it reports on.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
 import contextlib
 import logging
@@ -23,9 +24,8 @@ from django.conf import settings
 logger = logging.getLogger(__name__)
 
 REDIS_LAYER = "channels_redis.core.RedisChannelLayer"
-# Only what a stalled or unreachable Redis raises; anything else (above all Celery's
-# SoftTimeLimitExceeded, raised by a signal handler while we wait) must reach the caller.
-PUBLISH_ERRORS = (redis.RedisError, OSError, concurrent.futures.TimeoutError)
+# Only what a stalled or unreachable Redis raises, caught on the publisher's own thread.
+PUBLISH_ERRORS = (redis.RedisError, OSError, TimeoutError, concurrent.futures.TimeoutError)
 
 
 def conversation_group(conversation_id: int) -> str:
@@ -54,9 +54,14 @@ def group_publish(group: str, event: dict) -> None:
 class Publisher:
     """One event loop on a daemon thread with its own channel layer, so every publish of this
     process reuses the same Redis connections (a fresh `async_to_sync` per publish opened a new
-    connection each time). Its sockets time out quickly, and after a failure publishes are
-    dropped without trying for a while: a stalled Redis costs the reply one timeout per pause,
-    not one per token."""
+    connection each time).
+
+    `send` never waits: it hands the event to the loop, where one task sends the events in the
+    order given (so a page sees chunks in order). A reply or an accept therefore never waits on
+    Redis, not even for a round trip. Sockets time out quickly; after a failure events are
+    dropped for a while, and so are events beyond a bounded backlog (Redis too slow)."""
+
+    BACKLOG = 10_000
 
     def __init__(self) -> None:
         from channels_redis.core import RedisChannelLayer
@@ -71,29 +76,57 @@ class Publisher:
         self.timeout = timeout
         self.paused_until = 0.0
         self.loop = asyncio.new_event_loop()
-        threading.Thread(
-            target=self.loop.run_forever, name="continuity-publisher", daemon=True
-        ).start()
+        self.backlog: asyncio.Queue[tuple[str, dict]] = asyncio.Queue(self.BACKLOG)
+        threading.Thread(target=self.run, name="continuity-publisher", daemon=True).start()
+
+    def run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        drain = self.loop.create_task(self.drain())
+        self.loop.run_forever()
+        drain.cancel()
+        self.loop.run_until_complete(asyncio.gather(drain, return_exceptions=True))
 
     def send(self, group: str, event: dict) -> None:
         if time.monotonic() < self.paused_until:
             return
-        future = asyncio.run_coroutine_threadsafe(self.layer.group_send(group, event), self.loop)
+        self.loop.call_soon_threadsafe(self.enqueue, group, event)
+
+    def enqueue(self, group: str, event: dict) -> None:
         try:
-            # A little over the socket timeouts, which end the coroutine first in most cases.
-            future.result(timeout=self.timeout * 2)
-        except PUBLISH_ERRORS:
-            self.paused_until = time.monotonic() + settings.CONTINUITY_PUBLISH_PAUSE_SECONDS
-            logger.warning(
-                "Live update %s to %s not sent; live updates paused for %gs",
-                event["type"],
-                group,
-                settings.CONTINUITY_PUBLISH_PAUSE_SECONDS,
-                exc_info=True,
-            )
-        finally:
-            # Also when a soft time limit interrupted the wait: do not leave the send running.
-            future.cancel()
+            self.backlog.put_nowait((group, event))
+        except asyncio.QueueFull:
+            logger.warning("Live update %s to %s dropped: backlog full", event["type"], group)
+
+    async def drain(self) -> None:
+        while True:
+            group, event = await self.backlog.get()
+            if time.monotonic() < self.paused_until:
+                continue
+            try:
+                # A little over the socket timeouts, which end the send first in most cases.
+                await asyncio.wait_for(self.layer.group_send(group, event), self.timeout * 2)
+            except PUBLISH_ERRORS:
+                self.paused_until = time.monotonic() + settings.CONTINUITY_PUBLISH_PAUSE_SECONDS
+                logger.warning(
+                    "Live update %s to %s not sent; live updates paused for %gs",
+                    event["type"],
+                    group,
+                    settings.CONTINUITY_PUBLISH_PAUSE_SECONDS,
+                    exc_info=True,
+                )
+
+    def flush(self, timeout: float) -> bool:
+        """Wait until every event handed over so far was sent or dropped (tests, shutdown)."""
+
+        async def empty() -> None:
+            while self.backlog.qsize():
+                await asyncio.sleep(0.005)
+
+        try:
+            asyncio.run_coroutine_threadsafe(empty(), self.loop).result(timeout=timeout)
+            return True
+        except concurrent.futures.TimeoutError:
+            return False
 
     def close(self) -> None:
         async def shut() -> None:
@@ -116,6 +149,14 @@ def publisher() -> Publisher:
         if _publisher is None or _publisher[0] != os.getpid():
             _publisher = (os.getpid(), Publisher())
         return _publisher[1]
+
+
+def publisher_flush(timeout: float = 1.0) -> None:
+    """Before this process exits: let the events already handed over go out (bounded)."""
+    with _publisher_lock:
+        current = _publisher
+    if current is not None and current[0] == os.getpid():
+        current[1].flush(timeout)
 
 
 def publisher_close() -> None:
@@ -172,3 +213,6 @@ def publish_branch_changed(*, conversation_id: int, message_ids: list[int]) -> N
     large for one event asks pages to reload instead (message_ids None)."""
     ids = message_ids if len(message_ids) <= BRANCH_CHANGE_MAX_IDS else None
     publish(conversation_id, {"type": "branch.changed", "message_ids": ids})
+
+
+atexit.register(publisher_flush)
