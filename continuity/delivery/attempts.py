@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+from collections.abc import Callable
 from datetime import timedelta
 
 from django.conf import settings
@@ -73,9 +74,16 @@ def pending_messages(conversation_id: int):
     ).order_by("id")
 
 
-def attempt_begin(*, conversation_id: int, node: str = "") -> Run | None:
+def attempt_begin(
+    *,
+    conversation_id: int,
+    node: str = "",
+    on_begin: Callable[[Run, Message], object] | None = None,
+) -> Run | None:
     """Start an attempt on the conversation's oldest pending message, or None when there is
-    nothing to do now (paused, backing off, empty, or another live attempt holds the lease)."""
+    nothing to do now (paused, backing off, empty, or another live attempt holds the lease).
+    `on_begin` runs in the same transaction, with the lease held: what it stores commits with
+    the attempt counter (one commit fewer per message)."""
     # Asked before the lock: Redis may take a while to answer, and the lock blocks every writer.
     stale_ids = stale_run_ids(Run.objects.filter(conversation_id=conversation_id))
     with transaction.atomic():
@@ -110,6 +118,9 @@ def attempt_begin(*, conversation_id: int, node: str = "") -> Run | None:
             heartbeat_at=Now(),
         )
         run.refresh_from_db(fields=["heartbeat_at", "started_at"])
+        if on_begin is not None:
+            message.conversation = conversation
+            on_begin(run, message)
         transaction.on_commit(
             lambda: publish_message_changed(conversation_id=conversation_id, message_id=message.pk)
         )
@@ -121,7 +132,11 @@ def reply_store(
 ) -> Message:
     """Inside the caller's transaction, with the conversation and the run locked: store `text`
     as the reply, end the run in `run_state`, mark the message done and let the conversation's
-    next queued message go on."""
+    next queued message go on. The run's update is the fence: an attempt that no longer owns
+    the message stores nothing."""
+    ended = Run.objects.filter(pk=run.pk, state=Run.State.RUNNING)
+    if not ended.update(state=run_state, ended_at=Now(), error=error):
+        raise AttemptStopped(f"Run {run.pk} no longer owns message {run.message_id}.")
     reply = Message.objects.create(
         conversation_id=run.conversation_id,
         role=Message.Role.ASSISTANT,
@@ -131,7 +146,6 @@ def reply_store(
         stopped=stopped,
     )
     message_bump(message_id=run.message_id, state=Message.State.DONE)
-    Run.objects.filter(pk=run.pk).update(state=run_state, ended_at=Now(), error=error)
     Conversation.objects.filter(pk=run.conversation_id).update(retry_at=None, updated_at=Now())
     if pending_messages(run.conversation_id).exclude(pk=run.message_id).exists():
         conversation_enqueue(conversation_id=run.conversation_id)
@@ -149,14 +163,22 @@ def run_lock_owned(run: Run) -> None:
         raise AttemptStopped(f"Run {run.pk} no longer owns message {run.message_id}.")
 
 
-def attempt_finish(*, run: Run, reply_text: str, task_state: dict | None = None) -> Message:
+def attempt_finish(
+    *,
+    run: Run,
+    reply_text: str,
+    task_state: dict | None = None,
+    last_step: Callable[[], None] | None = None,
+) -> Message:
     """Store the reply, mark the message done and the run completed, in one transaction, with
-    the end-of-turn handoff: written once, even when an earlier attempt got this far."""
+    the end-of-turn handoff: written once, even when an earlier attempt got this far.
+    `last_step` stores the last step's checkpoint in that transaction (no step follows it)."""
     with transaction.atomic():
         conversation_lock(run.conversation_id)
-        run_lock_owned(run)
-        handoff_after_turn(run=run, task_state=task_state)
+        if last_step is not None:
+            last_step()  # fenced: stores nothing unless the run still owns the message
         reply = reply_store(run=run, text=reply_text, run_state=Run.State.COMPLETED)
+        handoff_after_turn(run=run, task_state=task_state)
     fault_point("after_reply_committed")
     return reply
 

@@ -6,6 +6,7 @@ steps. Each attempt first assembles its context (stored by reference as its `Run
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 import traceback
@@ -16,6 +17,7 @@ from threading import Event
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db import InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
@@ -49,19 +51,27 @@ def drain_conversation(*, conversation_id: int, node: str = "") -> None:
     # A brain that cannot load is this worker's fault, not the message's: fail before an attempt.
     chosen = Conversation.objects.filter(pk=conversation_id).values_list("brain", flat=True)
     brain = brain_load(chosen.first() or "")
-    run = attempt_begin(conversation_id=conversation_id, node=node)
+    prepared: dict[str, Context | None] = {}
+
+    def prepare(run: Run, message: Message) -> None:
+        prepared["context"] = context_prepare(run=run, message=message)
+
+    run = attempt_begin(conversation_id=conversation_id, node=node, on_begin=prepare)
     if run is not None:
-        attempt_execute(run=run, brain=brain)
+        attempt_execute(run=run, brain=brain, context=prepared.get("context"))
 
 
-def attempt_execute(*, run: Run, brain: Brain) -> None:
+def attempt_execute(*, run: Run, brain: Brain, context: Context | None = None) -> None:
+    """`context`: the one stored when the attempt began, if it needed no compaction."""
     answered = False
     with RunHeartbeat(run.pk) as heartbeat:
         try:
-            context, reply_text, task_state = steps_run(
-                run=run, brain=brain, stopped=heartbeat.stopped
+            context, reply_text, task_state, last_step = steps_run(
+                run=run, brain=brain, stopped=heartbeat.stopped, context=context
             )
-            attempt_finish(run=run, reply_text=reply_text, task_state=task_state)
+            attempt_finish(
+                run=run, reply_text=reply_text, task_state=task_state, last_step=last_step
+            )
             answered = True
         except AttemptStopped as stop:
             logger.info("Attempt stopped: %s", stop)
@@ -99,6 +109,8 @@ def conversation_title(*, context: Context, brain: Brain, reply: str) -> None:
     """After the first reply of a conversation, the brain titles it, unless its owner already
     did. Best effort, after the reply is committed: a title never costs an answer, and a
     worker that dies here leaves the first message's words as the title."""
+    if context.history or context.summary:
+        return  # not the first exchange
     conversation = Conversation.objects.filter(pk=context.conversation_id, titled_by_owner=False)
     earlier = Message.objects.filter(
         conversation_id=context.conversation_id, role=Message.Role.USER, pk__lt=context.message_id
@@ -133,30 +145,57 @@ def record_when_database_returns(record: Callable[[], object], *, stopped: Event
             pause = min(pause * 2, 5.0)
 
 
-def steps_run(*, run: Run, brain: Brain, stopped: Event) -> tuple[Context, str, dict | None]:
-    """The context the attempt assembled, the reply, and the task state the brain reports for
-    the end-of-turn handoff."""
-    message = Message.objects.select_related("conversation").get(pk=run.message_id)
-    if stopped.is_set():
-        raise AttemptStopped(f"Run {run.pk} stopped before assembling its context.")
-    context = context_assemble(run=run, message=message, brain=brain)
-    plan = step(run, "plan", stopped, lambda: brain.plan(context))
+def steps_run(
+    *, run: Run, brain: Brain, stopped: Event, context: Context | None = None
+) -> tuple[Context, str, dict | None, Callable[[], None] | None]:
+    """The context the attempt assembled, the reply, the task state the brain reports for the
+    end-of-turn handoff, and the storing of the last step, which commits with the reply."""
+    if context is None:
+        message = Message.objects.select_related("conversation").get(pk=run.message_id)
+        if stopped.is_set():
+            raise AttemptStopped(f"Run {run.pk} stopped before assembling its context.")
+        context = context_assemble(run=run, message=message, brain=brain)
+    # Every checkpoint an earlier attempt stored, in one query: those steps are not run again.
+    stored = dict(
+        Checkpoint.objects.filter(message_id=run.message_id).values_list("step", "output")
+    )
+    plan = step(run, "plan", stopped, stored, lambda: brain.plan(context))
+    streamed = ReplyStream(run=run, stopped=stopped)
     reply = step(
         run,
         "respond",
         stopped,
-        lambda: {
-            "reply": reply_stream(run=run, tokens=brain.respond(context, plan), stopped=stopped)
-        },
+        stored,
+        lambda: {"reply": streamed.collect(brain.respond(context, plan))},
+        apply=streamed.store_rest,
     )["reply"]
-    step(
-        run,
-        "remember",
-        stopped,
-        lambda: {"facts": brain.remember(context, plan, reply)},
-        apply=lambda output: memory_store(message=message, facts=output["facts"]),
-    )
-    return context, reply, brain.task_state(context, plan, reply)
+    last_step = None
+    if "remember" not in stored:
+        if stopped.is_set():
+            raise AttemptStopped(f"Run {run.pk} stopped before step remember.")
+        facts = brain.remember(context, plan, reply)
+
+        def last_step() -> None:
+            memory_store(owner_id=context.owner_id, message_id=run.message_id, facts=facts)
+            checkpoint_store(run=run, name="remember", output={"facts": facts})
+
+    return context, reply, brain.task_state(context, plan, reply), last_step
+
+
+def context_prepare(*, run: Run, message: Message) -> Context | None:
+    """Inside the transaction that begins the attempt: assemble and store its context, or None
+    when it needs compacting first (the brain's summary is a slow call, made outside any
+    transaction, by `context_assemble`)."""
+    refs = context_gather(message=message)
+    context = context_load(refs=refs, message=message, attempt=run.attempt)
+    tokens = context_tokens(context)
+    if compaction_candidates(refs=refs, tokens=tokens):
+        return None
+    run_context_store(run=run, refs=refs, tokens=tokens)
+    resumed = run.attempt > 1 or message.interruptions  # did an earlier attempt stop?
+    if resumed and (recovery := recovery_record(run=run)) is not None:
+        context = replace(context, recovery=recovery_note(recovery))
+    return context
 
 
 def context_assemble(*, run: Run, message: Message, brain: Brain) -> Context:
@@ -192,77 +231,121 @@ def step(
     run: Run,
     name: str,
     stopped: Event,
+    stored: dict[str, dict],
     compute: Callable[[], dict],
     *,
     apply: Callable[[dict], None] | None = None,
 ) -> dict:
     """The stored output of this step for the message, or compute it and checkpoint it (together
-    with its side effects in `apply`) before returning."""
-    stored = Checkpoint.objects.filter(message_id=run.message_id, step=name).first()
-    if stored is not None:
-        return stored.output
+    with what `apply` stores) before returning."""
+    if name in stored:
+        return stored[name]
     if stopped.is_set():
         raise AttemptStopped(f"Run {run.pk} stopped before step {name}.")
     output = compute()
     with transaction.atomic():
-        run_lock_owned(run)
         if apply is not None:
             apply(output)
-        Checkpoint.objects.create(message_id=run.message_id, run=run, step=name, output=output)
+        checkpoint_store(run=run, name=name, output=output)
     return output
 
 
-def reply_stream(*, run: Run, tokens: Iterable[str], stopped: Event) -> str:
-    """Collect the reply while persisting it in ordered chunks and streaming them live."""
-    parts: list[str] = []
-    unsent: list[str] = []
-    seq = 0
-    flushed_at = time.monotonic()
-    for token in tokens:
-        if stopped.is_set():
-            raise AttemptStopped(f"Run {run.pk} stopped while replying.")
-        parts.append(token)
-        unsent.append(token)
-        if time.monotonic() - flushed_at >= settings.CONTINUITY_STREAM_FLUSH_SECONDS:
-            seq += 1
-            chunk_store(run=run, seq=seq, text="".join(unsent))
-            unsent.clear()
-            flushed_at = time.monotonic()
-    if unsent:
-        chunk_store(run=run, seq=seq + 1, text="".join(unsent))
-    return "".join(parts)
-
-
-def chunk_store(*, run: Run, seq: int, text: str) -> None:
-    """Store and publish one chunk, only while the run still owns its message (fencing).
-
-    One statement, so no reaping falls between the check and the insert; on PostgreSQL the
-    run's row is share-locked, so a reaper ending the run at this moment is waited for."""
+def fenced_insert(*, run: Run, table: str, values: dict) -> None:
+    """INSERT a row of the attempt only while its run still owns the message (fencing), in one
+    statement, so no reaping falls between the check and the insert; on PostgreSQL the run's
+    row is share-locked, so a reaper ending the run at this moment is waited for."""
     quote = connection.ops.quote_name
     lock = " FOR SHARE" if connection.features.has_select_for_update else ""
+    columns = ", ".join(quote(column) for column in values)
+    placeholders = ", ".join(["%s"] * len(values))
     with connection.cursor() as cursor:
         cursor.execute(
-            f"INSERT INTO {quote(ReplyChunk._meta.db_table)} "
-            "(message_id, run_id, seq, text, created_at) "
-            "SELECT %s, %s, %s, %s, %s WHERE EXISTS ("
+            f"INSERT INTO {quote(table)} ({columns}) SELECT {placeholders} WHERE EXISTS ("
             f"SELECT 1 FROM {quote(Run._meta.db_table)} WHERE id = %s AND state = %s{lock})",
-            [run.message_id, run.pk, seq, text, timezone.now(), run.pk, Run.State.RUNNING],
+            [*values.values(), run.pk, Run.State.RUNNING],
         )
         stored = cursor.rowcount == 1
     if not stored:
         raise AttemptStopped(f"Run {run.pk} no longer owns message {run.message_id}.")
-    publish_reply_chunk(
-        conversation_id=run.conversation_id,
-        message_id=run.message_id,
-        run_id=run.pk,
-        seq=seq,
-        text=text,
+
+
+def checkpoint_store(*, run: Run, name: str, output: dict) -> None:
+    fenced_insert(
+        run=run,
+        table=Checkpoint._meta.db_table,
+        values={
+            "message_id": run.message_id,
+            "run_id": run.pk,
+            "step": name,
+            "output": json.dumps(output, cls=DjangoJSONEncoder),
+            "created_at": timezone.now(),
+        },
     )
 
 
-def memory_store(*, message: Message, facts: dict[str, str]) -> None:
-    # Rows are locked in key order, whatever order the brain gave: no two attempts deadlock.
-    for key, value in sorted(facts.items()):
-        memory_remember(
-            owner_id=message.conversation.owner_id, key=key, value=value, source_message=message
+class ReplyStream:
+    """Collects the reply while persisting it in ordered chunks and streaming them live. The
+    last chunk is stored with the step's checkpoint (`store_rest`): one commit fewer, and a
+    short reply is one commit in all."""
+
+    def __init__(self, *, run: Run, stopped: Event) -> None:
+        self.run = run
+        self.stopped = stopped
+        self.seq = 0
+        self.rest = ""
+
+    def collect(self, tokens: Iterable[str]) -> str:
+        parts: list[str] = []
+        unsent: list[str] = []
+        flushed_at = time.monotonic()
+        for token in tokens:
+            if self.stopped.is_set():
+                raise AttemptStopped(f"Run {self.run.pk} stopped while replying.")
+            parts.append(token)
+            unsent.append(token)
+            if time.monotonic() - flushed_at >= settings.CONTINUITY_STREAM_FLUSH_SECONDS:
+                self.chunk_store("".join(unsent))
+                unsent.clear()
+                flushed_at = time.monotonic()
+        self.rest = "".join(unsent)
+        return "".join(parts)
+
+    def store_rest(self, output: dict) -> None:
+        if self.rest:
+            self.chunk_store(self.rest)
+
+    def chunk_store(self, text: str) -> None:
+        self.seq += 1
+        chunk_store(run=self.run, seq=self.seq, text=text)
+
+
+def chunk_store(*, run: Run, seq: int, text: str) -> None:
+    """Store one chunk, fenced, and publish it once stored (after the commit of the caller's
+    transaction, if there is one)."""
+    fenced_insert(
+        run=run,
+        table=ReplyChunk._meta.db_table,
+        values={
+            "message_id": run.message_id,
+            "run_id": run.pk,
+            "seq": seq,
+            "text": text,
+            "created_at": timezone.now(),
+        },
+    )
+    transaction.on_commit(
+        lambda: publish_reply_chunk(
+            conversation_id=run.conversation_id,
+            message_id=run.message_id,
+            run_id=run.pk,
+            seq=seq,
+            text=text,
         )
+    )
+
+
+def memory_store(*, owner_id: int, message_id: int, facts: dict[str, str]) -> None:
+    # Rows are locked in key order, whatever order the brain gave: no two attempts deadlock.
+    source = Message(pk=message_id)  # only its id is stored, as the fact's source
+    for key, value in sorted(facts.items()):
+        memory_remember(owner_id=owner_id, key=key, value=value, source_message=source)

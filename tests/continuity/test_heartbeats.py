@@ -50,7 +50,7 @@ def test_a_fenced_attempt_cannot_checkpoint_or_reply(run):
     attempt_end(run_id=run.pk, state="crashed", error="reaped", detected_by="watchdog")
     never = __import__("threading").Event()
     with pytest.raises(AttemptStopped):
-        step(run, "plan", never, lambda: {"intent": "x"})
+        step(run, "plan", never, {}, lambda: {"intent": "x"})
     with pytest.raises(AttemptStopped):
         attempt_finish(run=run, reply_text="too late")
     assert not Checkpoint.objects.exists()

@@ -154,7 +154,11 @@ def test_memory_rows_are_locked_in_key_order_whatever_order_the_brain_gives(conv
 
     message = send(conversation, "hello")
     with CaptureQueriesContext(connection) as queries:
-        memory_store(message=message, facts={"name": "Ada", "goal": "ship", "likes": "tea"})
+        memory_store(
+            owner_id=conversation.owner_id,
+            message_id=message.pk,
+            facts={"name": "Ada", "goal": "ship", "likes": "tea"},
+        )
     keys = [
         key
         for query in queries.captured_queries
