@@ -53,9 +53,10 @@ def summary_latest(*, conversation_id: int) -> Summary | None:
     return summaries.order_by("-version").first()
 
 
-def turn_pairs(*, conversation_id: int, after_id: int, before_id: int) -> list[list[int]]:
-    """Answered turns between two message ids: each user message with its reply (a reply that
-    staff deleted leaves its question alone, not the context broken)."""
+def turn_rows(*, conversation_id: int, after_id: int, before_id: int) -> list[list[tuple]]:
+    """Answered turns between two message ids, as (id, role, text) rows: each user message with
+    its reply (a reply that staff deleted leaves its question alone, not the context broken)."""
+    fields = ("pk", "role", "text")
     users = list(
         Message.objects.filter(
             conversation_id=conversation_id,
@@ -66,18 +67,24 @@ def turn_pairs(*, conversation_id: int, after_id: int, before_id: int) -> list[l
             id__lt=before_id,
         )
         .order_by("id")
-        .values_list("pk", flat=True)
+        .values_list(*fields)
     )
-    replies = dict(Message.objects.filter(reply_to_id__in=users).values_list("reply_to_id", "pk"))
-    return [[pk, replies[pk]] if pk in replies else [pk] for pk in users]
+    answers = Message.objects.filter(reply_to_id__in=[row[0] for row in users])
+    replies = {row[0]: row[1:] for row in answers.values_list("reply_to_id", *fields)}
+    return [[row, replies[row[0]]] if row[0] in replies else [row] for row in users]
 
 
 def context_gather(*, message: Message) -> ContextRefs:
-    """What the next attempt on `message` should be given: every turn the newest summary does
-    not cover (compaction keeps that list short), never the whole history."""
+    return context_assembled(message=message, attempt=0)[0]
+
+
+def context_assembled(*, message: Message, attempt: int) -> tuple[ContextRefs, Context]:
+    """What the next attempt on `message` should be given, by reference and as the brain reads
+    it, from one pass over the rows: every turn the newest summary does not cover (compaction
+    keeps that list short), never the whole history."""
     conversation = message.conversation
     summary = summary_latest(conversation_id=conversation.pk)
-    pairs = turn_pairs(
+    pairs = turn_rows(
         conversation_id=conversation.pk,
         after_id=summary.covers_through_id if summary else 0,
         before_id=message.pk,
@@ -85,27 +92,41 @@ def context_gather(*, message: Message) -> ContextRefs:
     handoff = handoff_latest(conversation_id=conversation.pk)
     checkpoint = None
     if pairs:
-        checkpoint = (
-            Checkpoint.objects.filter(message_id=pairs[-1][0], step="plan")
-            .values_list("pk", flat=True)
-            .first()
-        )
+        plans = Checkpoint.objects.filter(message_id=pairs[-1][0][0], step="plan")
+        checkpoint = plans.values_list("pk", "output").first()
     facts = MemoryFact.objects.current().filter(owner_id=conversation.owner_id).order_by("key")
+    facts = list(facts.values_list("pk", "key", "value"))
     pending = Message.objects.filter(
         conversation_id=conversation.pk,
         role=Message.Role.USER,
         state__in=Message.PENDING_STATES,
         id__gt=message.pk,
     ).order_by("id")
-    return ContextRefs(
+    pending = list(pending.values_list("pk", "role", "text")[: settings.CONTINUITY_HISTORY_TURNS])
+    refs = ContextRefs(
         identity=settings.CONTINUITY_IDENTITY,
-        facts=list(facts.values_list("pk", flat=True)),
+        facts=[pk for pk, _, _ in facts],
         handoff_id=handoff.pk if handoff else None,
-        checkpoint_id=checkpoint,
+        checkpoint_id=checkpoint[0] if checkpoint else None,
         summary_id=summary.pk if summary else None,
-        pairs=pairs,
-        pending=list(pending.values_list("pk", flat=True)[: settings.CONTINUITY_HISTORY_TURNS]),
+        pairs=[[row[0] for row in pair] for pair in pairs],
+        pending=[pk for pk, _, _ in pending],
     )
+    context = Context(
+        owner_id=conversation.owner_id,
+        conversation_id=conversation.pk,
+        message_id=message.pk,
+        attempt=attempt,
+        text=message.text,
+        identity=refs.identity,
+        facts={key: value for _, key, value in facts},
+        handoff=handoff_note(handoff),
+        task_checkpoint=checkpoint[1] if checkpoint else {},
+        summary=summary.text if summary else "",
+        history=[Turn(role, text) for pair in pairs for _, role, text in pair],
+        pending=[Turn(role, text) for _, role, text in pending],
+    )
+    return refs, context
 
 
 def refs_of(run_context: RunContext) -> ContextRefs:

@@ -43,17 +43,12 @@ def handoff_write(
     sections: dict,
     author=None,
     run: Run | None = None,
-    only_if_changed: bool = False,
-) -> Handoff | None:
+) -> Handoff:
     """Add the next version. The conversation row is locked (the engine's first lock in every
     transaction, so no deadlock), hence two writers never pick the same version number."""
     with transaction.atomic():
         list(Conversation.objects.select_for_update().filter(pk=conversation_id).values("pk"))
         texts = {name: section_text(sections.get(name, "")) for name in SECTIONS}
-        if only_if_changed and texts == handoff_sections(
-            handoff_latest(conversation_id=conversation_id)
-        ):
-            return None
         newest = Handoff.objects.filter(conversation_id=conversation_id).aggregate(v=Max("version"))
         return Handoff.objects.create(
             conversation_id=conversation_id,
@@ -103,20 +98,19 @@ def handoff_after_interruption(*, run: Run, reason: str) -> Handoff:
 def handoff_after_turn(*, run: Run, task_state: dict | None) -> Handoff | None:
     """End of a turn: a new version when the brain reports a changed task state, or when the
     newest handoff still describes an interruption that this turn has now answered; nothing
-    when the sections would be the same."""
+    when the sections would be the same. The caller holds the conversation's lock."""
     latest = handoff_latest(conversation_id=run.conversation_id)
     sections = handoff_sections(latest)
     if task_state:
         sections.update({name: task_state[name] for name in SECTIONS if name in task_state})
     sections = {name: without_interruption(section_text(text)) for name, text in sections.items()}
-    if latest is None and not task_state:
+    if (latest is None and not task_state) or sections == handoff_sections(latest):
         return None
     return handoff_write(
         conversation_id=run.conversation_id,
         reason=Handoff.Reason.END_OF_TURN,
         sections=sections,
         run=run,
-        only_if_changed=True,
     )
 
 

@@ -22,7 +22,7 @@ from django.db import InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
 from ..brains import Brain, Context, brain_load
-from ..context.assembly import context_gather, context_load, context_tokens, run_context_store
+from ..context.assembly import context_assembled, context_tokens, run_context_store
 from ..context.compaction import compaction_candidates, compaction_store, turns_of
 from ..context.memory import memory_remember
 from ..context.recoveries import recovery_note, recovery_record
@@ -186,8 +186,7 @@ def context_prepare(*, run: Run, message: Message) -> Context | None:
     """Inside the transaction that begins the attempt: assemble and store its context, or None
     when it needs compacting first (the brain's summary is a slow call, made outside any
     transaction, by `context_assemble`)."""
-    refs = context_gather(message=message)
-    context = context_load(refs=refs, message=message, attempt=run.attempt)
+    refs, context = context_assembled(message=message, attempt=run.attempt)
     tokens = context_tokens(context)
     if compaction_candidates(refs=refs, tokens=tokens):
         return None
@@ -202,8 +201,7 @@ def context_assemble(*, run: Run, message: Message, brain: Brain) -> Context:
     """Assemble this attempt's context, compacting first when it passes the threshold, and
     store it by reference. Every attempt assembles its own: a newer handoff (a planned
     shutdown's, a staff edit) may have been written since the previous one."""
-    refs = context_gather(message=message)
-    context = context_load(refs=refs, message=message, attempt=run.attempt)
+    refs, context = context_assembled(message=message, attempt=run.attempt)
     tokens = context_tokens(context)
     older = compaction_candidates(refs=refs, tokens=tokens)
     # The brain summarizes outside any transaction: it may be a slow model call.
@@ -218,8 +216,7 @@ def context_assemble(*, run: Run, message: Message, brain: Brain) -> Context:
                 text=summary,
                 run=run,
             )
-            refs = context_gather(message=message)
-            context = context_load(refs=refs, message=message, attempt=run.attempt)
+            refs, context = context_assembled(message=message, attempt=run.attempt)
             tokens = context_tokens(context)
         run_context_store(run=run, refs=refs, tokens=tokens)
         if (recovery := recovery_record(run=run)) is not None:
