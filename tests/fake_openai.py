@@ -221,3 +221,13 @@ def completion(model: str, text: str) -> dict:
         ],
         "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
     }
+
+
+def worker_settings(fake: FakeOpenAI) -> dict[str, str]:
+    """The environment of a worker whose default brain is `openai`, pointed at `fake`."""
+    return {
+        "CONTINUITY_BRAIN": "openai",
+        "CONTINUITY_OPENAI_BASE_URL": fake.url,
+        "CONTINUITY_OPENAI_API_KEY": fake.api_key,
+        "CONTINUITY_OPENAI_MODEL": fake.model,
+    }

@@ -13,7 +13,7 @@ import signal
 import pytest
 
 from continuity.models import Conversation, DeadLetter, Recovery, ReplyChunk
-from tests.fake_openai import FakeOpenAI, reply_to
+from tests.fake_openai import FakeOpenAI, reply_to, worker_settings
 from tests.processes import WatchdogProcess, WorkerProcess, process_id
 from tests.test_faults import (
     assert_promise_kept,
@@ -43,10 +43,7 @@ def fake():
 def openai_worker(fake: FakeOpenAI, **env: str) -> WorkerProcess:
     return WorkerProcess(
         **{
-            "CONTINUITY_BRAIN": "openai",
-            "CONTINUITY_OPENAI_BASE_URL": fake.url,
-            "CONTINUITY_OPENAI_API_KEY": fake.api_key,
-            "CONTINUITY_OPENAI_MODEL": fake.model,
+            **worker_settings(fake),
             "CONTINUITY_OPENAI_IDLE_TIMEOUT": "1",
             **env,
         }

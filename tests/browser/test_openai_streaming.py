@@ -8,7 +8,7 @@ from playwright.sync_api import Page, expect
 
 from tests.browser.helpers import log_in
 from tests.factories import ConversationFactory, UserFactory
-from tests.fake_openai import FakeOpenAI, reply_to
+from tests.fake_openai import FakeOpenAI, reply_to, worker_settings
 from tests.processes import ARTIFACTS, WebProcess, WorkerProcess
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -35,14 +35,7 @@ def fake():
 
 @pytest.fixture
 def site(processes, fake) -> WebProcess:
-    processes.add(
-        WorkerProcess(
-            CONTINUITY_BRAIN="openai",
-            CONTINUITY_OPENAI_BASE_URL=fake.url,
-            CONTINUITY_OPENAI_API_KEY=fake.api_key,
-            CONTINUITY_OPENAI_MODEL=fake.model,
-        )
-    )
+    processes.add(WorkerProcess(**worker_settings(fake)))
     return processes.add(WebProcess())
 
 

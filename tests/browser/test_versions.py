@@ -11,7 +11,7 @@ from continuity.models import Message, Run, RunContext
 from tests.browser.helpers import accessibility_violations, log_in
 from tests.continuity.test_branches import answered
 from tests.factories import ConversationFactory, UserFactory
-from tests.fake_openai import FakeOpenAI
+from tests.fake_openai import FakeOpenAI, worker_settings
 from tests.processes import ARTIFACTS, WebProcess, WorkerProcess
 from tests.waiting import wait_for
 
@@ -27,14 +27,7 @@ def fake():
 
 @pytest.fixture
 def site(processes, fake) -> WebProcess:
-    processes.add(
-        WorkerProcess(
-            CONTINUITY_BRAIN="openai",
-            CONTINUITY_OPENAI_BASE_URL=fake.url,
-            CONTINUITY_OPENAI_API_KEY=fake.api_key,
-            CONTINUITY_OPENAI_MODEL=fake.model,
-        )
-    )
+    processes.add(WorkerProcess(**worker_settings(fake)))
     return processes.add(WebProcess())
 
 
