@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+
+from django.db import connection
 
 from .baseline import baseline_run
 from .database import BenchDatabase
@@ -15,7 +18,7 @@ from .memory import memory_run
 from .plan import Plan
 from .recovery import recovery_run
 from .report import Report
-from .rig import Rig
+from .rig import BenchError, Rig
 from .stats import Section
 from .streaming import streaming_run
 from .throughput import throughput_run
@@ -25,6 +28,7 @@ SECTIONS = ("baseline", "throughput", "latency", "growth", "recovery", "streamin
 # Run order: latency counts in-process before any worker starts; recovery kills its workers
 # last; the baseline runs before throughput, which reports its ratio to it.
 RUN_ORDER = ("latency", "baseline", "throughput", "growth", "streaming", "memory", "recovery")
+BUSY = 1.0  # load average above which the machine is not quiet
 RUNNERS: dict[str, Callable[[Rig, Plan, dict[str, Section]], Section]] = {
     "baseline": lambda rig, plan, done: baseline_run(rig, plan),
     "throughput": lambda rig, plan, done: throughput_run(rig, plan, baseline=done.get("baseline")),
@@ -34,6 +38,12 @@ RUNNERS: dict[str, Callable[[Rig, Plan, dict[str, Section]], Section]] = {
     "streaming": lambda rig, plan, done: streaming_run(rig, plan),
     "memory": lambda rig, plan, done: memory_run(rig, plan),
 }
+
+
+def postgres_started():
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_postmaster_start_time()")
+        return cursor.fetchone()[0]
 
 
 def bench_run(
@@ -50,15 +60,19 @@ def bench_run(
     bench_database = BenchDatabase(database, connection_limit=connection_limit)
     rig = Rig(bench_database)
     say(f"Logs of the run's processes: {rig.log_dir}")
+    if os.getloadavg()[0] > BUSY:
+        say(f"Load average {os.getloadavg()[0]:.1f}: other work here will skew the figures.")
     try:
         bench_database.create()
-        found = versions(rig.redis.url)
+        found, server_started = versions(rig.redis.url), postgres_started()
         done: dict[str, Section] = {}
         for key in (key for key in RUN_ORDER if key in only):
             say(f"{key}…")
             section_started = time.monotonic()
             done[key] = RUNNERS[key](rig, plan, done)
             say(f"{key}: {time.monotonic() - section_started:.0f} s")
+        if postgres_started() != server_started:
+            raise BenchError("PostgreSQL restarted during the run: its figures are not usable.")
     finally:
         rig.close()
         if not keep_database:
