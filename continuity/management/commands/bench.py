@@ -63,7 +63,7 @@ class Command(BaseCommand):
         add(
             "--memory-messages",
             type=int,
-            help="Messages between the two memory readings (default 1000).",
+            help="Messages between the two memory readings (default 500).",
         )
 
     def handle(self, *args, **options):

@@ -19,6 +19,8 @@ from django.core.management import call_command
 from django.db import connection
 from psycopg import sql
 
+COUNT = "SELECT count(*) FROM pg_stat_activity WHERE datname = %s"
+
 
 @dataclass
 class Peak:
@@ -69,6 +71,10 @@ class BenchDatabase:
             if self.limit:
                 admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(self.name)))
 
+    def connections(self) -> int:
+        with self.admin_connection() as admin:
+            return admin.execute(COUNT, [self.name]).fetchone()[0]
+
     @contextmanager
     def peak_connections(self, every: float = 0.2):
         """The most connections to the database at any sample while the block runs."""
@@ -77,9 +83,7 @@ class BenchDatabase:
         def sample() -> None:
             with self.admin_connection() as admin:
                 while not done.wait(every):
-                    (count,) = admin.execute(
-                        "SELECT count(*) FROM pg_stat_activity WHERE datname = %s", [self.name]
-                    ).fetchone()
+                    (count,) = admin.execute(COUNT, [self.name]).fetchone()
                     peak.value = max(peak.value, count)
 
         sampler = threading.Thread(target=sample, name="connection-sampler", daemon=True)
