@@ -13,7 +13,7 @@ from django.conf import settings
 from django.db import connection
 
 from continuity.ops.bench.counting import Cost, sql_tally, statement_kind
-from continuity.ops.bench.report import TITLES
+from continuity.ops.bench.report import NUMBERS
 from continuity.ops.bench.run import SECTIONS
 from continuity.ops.bench.stats import percentile
 from tests.processes import database_url
@@ -78,8 +78,8 @@ def test_the_smoke_run_reports_every_section_with_numbers(tmp_path):
     assert result.returncode == 0, result.stderr[-5000:]
     markdown = output.read_text()
     for key in SECTIONS:
-        assert f"## {TITLES[key]}:" in markdown
-        assert TITLES[key] in result.stdout
+        assert f"\n## {NUMBERS[key]}. " in markdown
+        assert f"\n{NUMBERS[key]}. " in result.stdout
     for heading in ("Commit", "Machine", "Versions", "PostgreSQL", "Redis", "Celery"):
         assert heading.lower() in markdown.lower()
     rows = [row for row in map(FIGURE_ROW.match, markdown.splitlines()) if row]

@@ -78,7 +78,7 @@ class Command(BaseCommand):
                 database=options["database"],
                 keep_database=options["keep_database"],
                 connection_limit=options["connection_limit"],
-                command=" ".join(["manage.py", *sys.argv[2:]]),
+                command=" ".join(["manage.py", *sys.argv[1:]]),
                 say=lambda line: self.stderr.write(line),
             )
         except BenchError as error:

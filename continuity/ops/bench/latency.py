@@ -77,13 +77,14 @@ def hot_path(rig: Rig, plan: Plan) -> tuple[list[Cost], list[Cost], list[list[fl
         (conversation,) = conversations_new(1)
         for _ in range(WARM_UP):
             message_send(conversation)
-            drain_as_worker(conversation.pk, rig.redis.url)
+            drain_as_worker(conversation.pk, drain_sequence(conversation.pk, rig))
         accepts, drains = [], []
         for _ in range(plan.repetitions):
             with cost_of(rig.redis.url) as accept:
                 message_send(conversation)
+            sequence = drain_sequence(conversation.pk, rig)
             with cost_of(rig.redis.url) as drain:
-                drain_as_worker(conversation.pk, rig.redis.url)
+                drain_as_worker(conversation.pk, sequence)
             accepts.append(accept)
             drains.append(drain)
         times = [drain_times(conversation, plan, rig) for _ in range(plan.repetitions)]
@@ -92,12 +93,18 @@ def hot_path(rig: Rig, plan: Plan) -> tuple[list[Cost], list[Cost], list[list[fl
     return accepts, drains, times
 
 
-def drain_as_worker(conversation_id: int, redis_url: str) -> None:
+def drain_sequence(conversation_id: int, rig: Rig) -> int | None:
+    """The sequence number of the drain `message_accept` queued, which a worker would read
+    from the task (here from the conversation's marker, outside what is counted)."""
+    marker = redis.Redis.from_url(rig.redis.url).get(drain_marker_key(conversation_id))
+    return None if marker is None else int(marker)
+
+
+def drain_as_worker(conversation_id: int, sequence: int | None) -> None:
     """What a worker does with a drain: note its receipt (which frees the conversation's
     marker for the next enqueue), then answer the oldest pending message."""
-    sequence = redis.Redis.from_url(redis_url).get(drain_marker_key(conversation_id))
     if sequence is not None:
-        drain_received(conversation_id=conversation_id, sequence=int(sequence))
+        drain_received(conversation_id=conversation_id, sequence=sequence)
     drain_conversation(conversation_id=conversation_id, node="bench-inprocess")
 
 
@@ -105,8 +112,9 @@ def drain_times(conversation, plan: Plan, rig: Rig) -> list[float]:
     times = []
     for _ in range(plan.latency_messages):
         message_send(conversation)
+        sequence = drain_sequence(conversation.pk, rig)
         started = time.perf_counter()
-        drain_as_worker(conversation.pk, rig.redis.url)
+        drain_as_worker(conversation.pk, sequence)
         times.append(time.perf_counter() - started)
     return times
 

@@ -36,7 +36,7 @@ def memory_run(rig: Rig, plan: Plan) -> Section:
     after_n = f"after {plan.memory_messages:,} messages"
     return Section(
         "memory",
-        "Worker memory",
+        "Memory of a worker",
         figures=[
             Figure("main process RSS before", "MB", [before["main"]]),
             Figure(f"main process RSS {after_n}", "MB", [after["main"]]),

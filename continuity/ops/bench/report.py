@@ -8,14 +8,12 @@ from dataclasses import asdict, dataclass
 from .plan import Plan
 from .stats import Figure, Section
 
-TITLES = {
-    "baseline": "1. Baseline",
-    "throughput": "2. Throughput",
-    "latency": "3. Latency",
-    "growth": "4. Growth",
-    "recovery": "5. Recovery",
-    "streaming": "6. Streaming",
-    "memory": "7. Memory",
+# Issue #11's numbering.
+NUMBERS = {
+    key: n
+    for n, key in enumerate(
+        ("baseline", "throughput", "latency", "growth", "recovery", "streaming", "memory"), 1
+    )
 }
 DECIMALS = {"ms": 1, "s": 2, "MB": 1, "bytes": 0}
 
@@ -42,6 +40,10 @@ def shown(value: float, unit: str) -> str:
     return f"{value:,.1f}" if value != int(value) or unit.endswith("/s") else f"{value:,.0f}"
 
 
+def heading(section: Section) -> str:
+    return f"{NUMBERS[section.key]}. {section.title}"
+
+
 def reps_shown(figure: Figure) -> str:
     return ", ".join(shown(value, figure.unit) for value in figure.reps)
 
@@ -49,7 +51,7 @@ def reps_shown(figure: Figure) -> str:
 def text_table(report: Report) -> str:
     rows = [("Figure", "Value", "Unit", "Repetitions")]
     for section in report.sections:
-        rows.append((f"{TITLES[section.key]} — {section.title}", "", "", ""))
+        rows.append((heading(section), "", "", ""))
         rows += [
             (f"  {f.name}", shown(f.value, f.unit), f.unit, reps_shown(f)) for f in section.figures
         ]
@@ -74,7 +76,7 @@ def markdown(report: Report) -> str:
         *run_table(report),
     ]
     for section in report.sections:
-        parts += ["", f"## {TITLES[section.key]}: {section.title}", ""]
+        parts += ["", f"## {heading(section)}", ""]
         parts += ["| Figure | Value | Unit | Repetitions |", "| --- | ---: | --- | --- |"]
         parts += [
             f"| {f.name.strip()} | {shown(f.value, f.unit)} | {f.unit} | {reps_shown(f)} |"

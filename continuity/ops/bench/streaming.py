@@ -251,6 +251,10 @@ class SocketClosed(Exception):
     pass
 
 
+def error_counts(errors: Counter) -> str:
+    return "; ".join(f"{n} × {kind.strip()}" for kind, n in errors.most_common())
+
+
 def streaming_notes(plan: Plan, crowds: list[Crowd], connection_limit: int) -> list[str]:
     errors = sum((c.errors for c in crowds), Counter())
     limit = (
@@ -270,7 +274,7 @@ def streaming_notes(plan: Plan, crowds: list[Crowd], connection_limit: int) -> l
         "reply (or gave up on it); p95 over every message answered with a chunk. Errors: "
         f"each 503 (sent again after Retry-After, up to {RESENDS} times, as the page does), "
         f"missing chunks (none within {CHUNK_TIMEOUT} s), refused sends, broken connections"
-        + (f"; over all repetitions: {dict(errors)}." if errors else " (none)."),
+        + (f"; over all repetitions: {error_counts(errors)}." if errors else " (none)."),
         "PostgreSQL connections to the run's database: the peak of samples taken every 0.2 s "
         "from pg_stat_activity during the crowd, and the count once every client has closed "
         f"its socket, before daphne stops ({limit}; the server's max_connections applies "
