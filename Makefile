@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint format install clean
+.PHONY: run test bench lint format install clean
 
 # `make run PORT=8001` serves on 8001; `serve` also reads PORT from the environment.
 run: $(STAMP)
@@ -18,6 +18,13 @@ test: $(STAMP) $(AXE)
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 	$(BIN)/python -m pytest tests/browser $(PYTEST_ARGS)
+
+# Measures the engine and writes docs/benchmarks.md (README "Benchmarks"); not part of `make test`,
+# which makes only a smoke run of it. `make bench BENCH_ARGS="--only latency"` runs one section.
+bench: $(STAMP)
+	scripts/ensure-test-services
+	DATABASE_URL=$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/continuity} \
+		$(BIN)/python manage.py bench $(BENCH_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

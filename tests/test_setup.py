@@ -31,6 +31,12 @@ def test_make_test_runs_the_set_up_before_pytest():
     )
 
 
+def test_make_bench_sets_up_the_services_first_and_is_not_part_of_make_test():
+    bench = run(["make", "-n", "bench"]).stdout
+    assert bench.index("scripts/ensure-test-services") < bench.index("manage.py bench")
+    assert "manage.py bench" not in run(["make", "-n", "test"]).stdout
+
+
 def test_ci_only_calls_make_test():
     lines = (BASE_DIR / ".ci" / "run").read_text().splitlines()
     commands = [line for line in lines if line and not line.startswith(("#", "set ", "cd "))]

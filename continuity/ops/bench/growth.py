@@ -1,0 +1,187 @@
+"""(4) Growth: per-message latency and context assembly (`context_gather` + `context_load`) as
+one conversation's history grows, as ratios to the smallest; and what the engine stores per
+turn (checkpoints, the run's context) early and late in a long conversation.
+
+Prior history is written in one SQL statement (through the pipeline, 100,000 messages would
+take hours). It has no summary: the first message sent afterwards compacts it, as the engine
+would have done along the way, and is reported apart.
+"""
+
+from __future__ import annotations
+
+import time
+
+from django.db import connection
+
+from continuity.context.assembly import context_gather, context_load
+from continuity.models import Checkpoint, Message, ReplyChunk, Run, RunContext
+
+from .plan import Plan
+from .rig import Rig
+from .stats import Figure, Section, latency_figures
+from .traffic import conversations_new, one_at_a_time
+
+# Ids interleave as the pipeline leaves them (each question, then its reply); the texts have
+# the length of the bench's own turns ("discuss" replies of the built-in brain).
+HISTORY_SQL = """
+WITH turns AS MATERIALIZED (
+    SELECT n, nextval(%(sequence)s) AS question, nextval(%(sequence)s) AS answer
+    FROM generate_series(1, %(turns)s) AS n
+)
+INSERT INTO {table} (id, conversation_id, role, text, client_id, state, attempts,
+    interruptions, version, reply_to_id, stopped, reasked_from_id, created_at, updated_at)
+SELECT question, %(conversation)s, 'user', format(%(question_text)s, n), NULL::uuid, 'done', 1,
+    0, 3, NULL::bigint, false, NULL::bigint, now(), now() FROM turns
+UNION ALL
+SELECT answer, %(conversation)s, 'assistant', format(%(answer_text)s, n, n), NULL::uuid, 'done',
+    0, 0, 1, question, false, NULL::bigint, now(), now() FROM turns
+ORDER BY 1
+"""
+QUESTION = "History message %s: how is it going?"
+ANSWER = (
+    "You said: “History message %s: how is it going?”. That's message %s of this "
+    "conversation. Tell me your goal and I'll help you plan it."
+)
+
+
+def growth_run(rig: Rig, plan: Plan) -> Section:
+    rig.shared_worker()
+    section = Section("growth", "Growth with the length of a conversation")
+    measured = {size: history_measure(size, plan) for size in plan.growth_sizes}
+    section.figures += growth_figures(measured)
+    for turn in plan.storage_turns:
+        section.figures += storage_figures(turn, stored_at_turn(turn))
+    section.notes += growth_notes(measured, plan)
+    return section
+
+
+def history_measure(size: int, plan: Plan) -> dict:
+    (conversation,) = conversations_new(1)
+    history_insert(conversation.pk, turns=size // 2)
+    first = one_at_a_time(conversation, 1)[1]
+    replies = [
+        one_at_a_time(conversation, plan.growth_messages)[1] for _ in range(plan.repetitions)
+    ]
+    message = (
+        Message.objects.select_related("conversation")
+        .filter(conversation=conversation, role=Message.Role.USER)
+        .last()
+    )
+    assemblies = [
+        [assembly_time(message) for _ in range(plan.context_assemblies)]
+        for _ in range(plan.repetitions)
+    ]
+    refs = context_gather(message=message)
+    return {
+        "first": first,
+        "replies": replies,
+        "assemblies": assemblies,
+        "turns": len(refs.pairs),
+        "summary": refs.summary_id is not None,
+    }
+
+
+def history_insert(conversation_id: int, *, turns: int) -> None:
+    table = Message._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_get_serial_sequence(%s, 'id')", [table])
+        (sequence,) = cursor.fetchone()
+        cursor.execute(
+            HISTORY_SQL.format(table=connection.ops.quote_name(table)),
+            {
+                "sequence": sequence,
+                "turns": turns,
+                "conversation": conversation_id,
+                "question_text": QUESTION,
+                "answer_text": ANSWER,
+            },
+        )
+        # As autovacuum would soon: planner statistics that know the table's new size.
+        cursor.execute(f"ANALYZE {connection.ops.quote_name(table)}")
+
+
+def assembly_time(message: Message) -> float:
+    started = time.perf_counter()
+    refs = context_gather(message=message)
+    context_load(refs=refs, message=message, attempt=1)
+    return time.perf_counter() - started
+
+
+def growth_figures(measured: dict[int, dict]) -> list[Figure]:
+    smallest = min(measured)
+    base_reply = p50(measured[smallest]["replies"]).value
+    base_assembly = p50(measured[smallest]["assemblies"]).value
+    figures = []
+    for size, data in measured.items():
+        reply = p50(data["replies"], f"accept → reply at {size:,} prior messages")
+        assembly = p50(data["assemblies"], f"context assembly at {size:,} prior messages")
+        first = data["first"][0] * 1000
+        figures += [
+            reply,
+            Figure(f"  ratio to {smallest:,}", "ratio", [r / base_reply for r in reply.reps]),
+            assembly,
+            Figure(f"  ratio to {smallest:,}", "ratio", [a / base_assembly for a in assembly.reps]),
+            Figure(f"first message after {size:,} bulk-written messages", "ms", [first]),
+        ]
+    return figures
+
+
+def p50(samples_per_rep: list[list[float]], name: str = "") -> Figure:
+    return latency_figures(name, samples_per_rep)[0]
+
+
+def stored_at_turn(turn: int) -> dict[str, int]:
+    """Bytes stored for the turn'th message of a conversation (PostgreSQL's pg_column_size:
+    as stored, after compression)."""
+    (conversation,) = conversations_new(1)
+    history_insert(conversation.pk, turns=turn - 2)
+    one_at_a_time(conversation, 2)  # turn - 1 compacts a long bulk history; turn is ordinary
+    message = Message.objects.filter(conversation=conversation, role=Message.Role.USER).last()
+    tables = {
+        model: connection.ops.quote_name(model._meta.db_table)
+        for model in (Checkpoint, RunContext, Run, ReplyChunk)
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""SELECT
+            (SELECT coalesce(sum(pg_column_size(c.output)), 0) FROM {tables[Checkpoint]} c
+             WHERE c.message_id = %(m)s),
+            (SELECT coalesce(sum(pg_column_size(c.*)), 0) FROM {tables[Checkpoint]} c
+             WHERE c.message_id = %(m)s),
+            (SELECT coalesce(sum(pg_column_size(rc.*)), 0) FROM {tables[RunContext]} rc
+             JOIN {tables[Run]} r ON r.id = rc.run_id WHERE r.message_id = %(m)s),
+            (SELECT coalesce(sum(pg_column_size(ch.*)), 0) FROM {tables[ReplyChunk]} ch
+             WHERE ch.message_id = %(m)s)""",
+            {"m": message.pk},
+        )
+        outputs, checkpoints, contexts, chunks = cursor.fetchone()
+    return {"outputs": outputs, "checkpoints": checkpoints, "contexts": contexts, "chunks": chunks}
+
+
+def storage_figures(turn: int, stored: dict[str, int]) -> list[Figure]:
+    return [
+        Figure(f"checkpoint outputs stored at turn {turn:,}", "bytes", [stored["outputs"]]),
+        Figure(f"checkpoint rows stored at turn {turn:,}", "bytes", [stored["checkpoints"]]),
+        Figure(f"run context row stored at turn {turn:,}", "bytes", [stored["contexts"]]),
+        Figure(f"reply chunk rows stored at turn {turn:,}", "bytes", [stored["chunks"]]),
+    ]
+
+
+def growth_notes(measured: dict[int, dict], plan: Plan) -> list[str]:
+    shapes = "; ".join(
+        f"{size:,}: {data['turns']} verbatim turns"
+        + (" after a summary" if data["summary"] else ", no summary")
+        for size, data in measured.items()
+    )
+    return [
+        f"Per size: one conversation with that many prior messages (half questions, half "
+        f"replies, state done), then {plan.growth_messages} messages per repetition one at a "
+        "time through the worker (p50 shown), and context assembly of the last question "
+        f"({plan.context_assemblies} per repetition, in the bench process; p50 shown).",
+        f"Context given to the brain at the end: {shapes}.",
+        "First message after bulk-written history: it compacts the history when it passes the "
+        "context budget (a one-off; a conversation that grew through the pipeline compacts "
+        "along the way). One measurement.",
+        "Stored per turn: checkpoints (plan, respond, remember) and the run's context, for the "
+        "last message of a conversation after bulk-written history; one measurement each.",
+    ]

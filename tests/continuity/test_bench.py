@@ -1,0 +1,89 @@
+"""The benchmark harness (`manage.py bench`): its counting and statistics, and a smoke run of
+every section with real processes, so that it never rots. Nothing here judges a timing."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from continuity.ops.bench.counting import Cost, sql_tally, statement_kind
+from continuity.ops.bench.report import NUMBERS
+from continuity.ops.bench.run import SECTIONS
+from continuity.ops.bench.stats import percentile
+from tests.processes import database_url
+
+# The suite's session fixtures expect the test database; these tests do not touch it (the smoke
+# run makes a database of its own, named after it).
+pytestmark = pytest.mark.django_db
+FIGURE_ROW = re.compile(r"^\| (?P<name>[^|]+) \| (?P<value>[^|]+) \| (?P<unit>[^|]+) \|")
+
+
+def test_percentiles_interpolate_between_ranks():
+    samples = [float(n) for n in range(1, 101)]
+    assert percentile(samples, 50) == 50.5
+    assert percentile(samples, 99) == 99.01
+    assert percentile([3.0], 99) == 3.0
+
+
+def test_each_atomic_block_and_each_autocommit_statement_is_one_transaction():
+    cost = Cost()
+    log = [
+        'SELECT "a"."id" FROM "continuity_message" WHERE x',  # autocommit
+        "BEGIN",
+        'SELECT "b"."id" FROM "continuity_run" WHERE "b"."id" = 1 LIMIT 1 FOR UPDATE',
+        'SAVEPOINT "s1"',
+        'INSERT INTO "continuity_checkpoint" ("a") VALUES (1)',
+        'RELEASE SAVEPOINT "s1"',
+        "COMMIT",
+        "BEGIN",  # an atomic block that ran nothing: no transaction reached the server
+        "COMMIT",
+        'UPDATE "continuity_run" SET "state" = 1',  # autocommit
+    ]
+    sql_tally(cost, log)
+    assert (cost.statements, cost.transactions, cost.round_trips) == (6, 3, 10)
+    assert cost.statement_kinds == {
+        "SELECT continuity_message": 1,
+        "SELECT continuity_run FOR UPDATE": 1,
+        "SAVEPOINT": 1,
+        "INSERT continuity_checkpoint": 1,
+        "RELEASE SAVEPOINT": 1,
+        "UPDATE continuity_run": 1,
+    }
+
+
+def test_a_statement_with_a_subquery_is_named_by_its_own_table():
+    sql = (
+        'INSERT INTO "continuity_replychunk" (message_id) SELECT 1 WHERE EXISTS '
+        '(SELECT 1 FROM "continuity_run" WHERE id = 2 FOR SHARE)'
+    )
+    assert statement_kind(sql) == "INSERT continuity_replychunk"
+
+
+def test_the_smoke_run_reports_every_section_with_numbers(tmp_path):
+    output = tmp_path / "benchmarks.md"
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_ALLOW_ASYNC_UNSAFE"}
+    env.update(DJANGO_SETTINGS_MODULE="continuity.settings", DATABASE_URL=database_url())
+    result = subprocess.run(
+        [sys.executable, "manage.py", "bench", "--smoke", "--output", str(output),
+         "--database", f"{connection.settings_dict['NAME']}_bench"],
+        cwd=settings.BASE_DIR, env=env, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+
+    assert result.returncode == 0, result.stderr[-5000:]
+    markdown = output.read_text()
+    for key in SECTIONS:
+        assert f"\n## {NUMBERS[key]}. " in markdown
+        assert f"\n{NUMBERS[key]}. " in result.stdout
+    for heading in ("Commit", "Machine", "Versions", "PostgreSQL", "Redis", "Celery"):
+        assert heading.lower() in markdown.lower()
+    rows = [row for row in map(FIGURE_ROW.match, markdown.splitlines()) if row]
+    figures = [row for row in rows if row["name"] != "Figure" and "---" not in row["name"]]
+    assert len(figures) > 40
+    unmeasured = [row["name"] for row in figures if not re.match(r"^-?[\d,.]+$", row["value"])]
+    assert unmeasured == [], unmeasured
