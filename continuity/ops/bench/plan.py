@@ -19,7 +19,7 @@ class Plan:
     throughput_messages: int = 150
     latency_messages: int = 20
     growth_sizes: tuple[int, ...] = (100, 10_000, 100_000)
-    growth_messages: int = 5
+    growth_messages: int = 10
     context_assemblies: int = 20
     storage_turns: tuple[int, ...] = (10, 5_000)
     recovery_trials: int = 5
