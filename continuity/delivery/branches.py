@@ -82,14 +82,14 @@ def version_show(*, message: Message) -> None:
     with transaction.atomic():
         conversation_lock(message.conversation_id)
         current = Message.objects.get(pk=message.pk)
+        if current.hidden_with_id is None:
+            return  # already shown: a double click, or another tab did it
         root = current.version_of_id or current.pk
         shown = (
             Message.objects.filter(Q(pk=root) | Q(version_of_id=root), hidden_with__isnull=True)
             .exclude(pk=current.pk)
             .first()
         )
-        if current.hidden_with_id is None:
-            return  # already shown: a double click, or another tab did it
         if shown is None or current.hidden_with_id != current.pk:
             raise InvalidTransition("This version is on a branch that is not shown.")
         if pending_messages(message.conversation_id).exists():

@@ -22,7 +22,12 @@ from django.db import InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
 from ..brains import Brain, Context, brain_load
-from ..context.assembly import context_assembled, context_tokens, run_context_store
+from ..context.assembly import (
+    ContextRefs,
+    context_assembled,
+    context_tokens,
+    run_context_store,
+)
 from ..context.compaction import compaction_candidates, compaction_store, turns_of
 from ..context.memory import memory_remember
 from ..context.recoveries import recovery_note, recovery_record
@@ -190,11 +195,7 @@ def context_prepare(*, run: Run, message: Message) -> Context | None:
     tokens = context_tokens(context)
     if compaction_candidates(refs=refs, tokens=tokens):
         return None
-    run_context_store(run=run, refs=refs, tokens=tokens)
-    resumed = run.attempt > 1 or message.interruptions  # did an earlier attempt stop?
-    if resumed and (recovery := recovery_record(run=run)) is not None:
-        context = replace(context, recovery=recovery_note(recovery))
-    return context
+    return context_record(run=run, message=message, refs=refs, context=context, tokens=tokens)
 
 
 def context_assemble(*, run: Run, message: Message, brain: Brain) -> Context:
@@ -218,9 +219,18 @@ def context_assemble(*, run: Run, message: Message, brain: Brain) -> Context:
             )
             refs, context = context_assembled(message=message, attempt=run.attempt)
             tokens = context_tokens(context)
-        run_context_store(run=run, refs=refs, tokens=tokens)
-        if (recovery := recovery_record(run=run)) is not None:
-            context = replace(context, recovery=recovery_note(recovery))
+        return context_record(run=run, message=message, refs=refs, context=context, tokens=tokens)
+
+
+def context_record(
+    *, run: Run, message: Message, refs: ContextRefs, context: Context, tokens: int
+) -> Context:
+    """Inside the attempt's fenced transaction: store its context by reference, and record a
+    recovery when an earlier attempt on the message stopped (the context then says so)."""
+    run_context_store(run=run, refs=refs, tokens=tokens)
+    resumed = run.attempt > 1 or message.interruptions
+    if resumed and (recovery := recovery_record(run=run)) is not None:
+        context = replace(context, recovery=recovery_note(recovery))
     return context
 
 
