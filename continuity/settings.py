@@ -145,6 +145,19 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
             f"-c statement_timeout={env_int('DATABASE_STATEMENT_TIMEOUT_MS', 60_000)}",
         }
     )
+    if pool_size := env_int("DATABASE_POOL_SIZE", 0):
+        # The web process (continuity/asgi.py sets it) runs each request and websocket call in
+        # a thread of its own: persistent per-thread connections would pile up past
+        # max_connections under a crowd and outlive their threads. A pool bounds them; a
+        # request waits its turn for one (a crowd's burst queues here), and answers 503 when
+        # none comes: the database is away, or the server is overloaded. Pooled connections
+        # are checked before use (conn_health_checks).
+        DATABASES["default"]["CONN_MAX_AGE"] = 0
+        DATABASES["default"]["OPTIONS"]["pool"] = {
+            "min_size": 1,
+            "max_size": pool_size,
+            "timeout": env_int("DATABASE_POOL_TIMEOUT", 10),
+        }
 elif DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["CONN_MAX_AGE"] = 0
     DATABASES["default"]["OPTIONS"] = {
@@ -232,7 +245,16 @@ CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
         "CONFIG": {
-            "hosts": [{"address": REDIS_URL, "socket_timeout": 15, "socket_connect_timeout": 5}],
+            # Every page reconnects at once after a restart: redis-py's default cap of 100
+            # connections per pool would fail the handshakes beyond it.
+            "hosts": [
+                {
+                    "address": REDIS_URL,
+                    "socket_timeout": 15,
+                    "socket_connect_timeout": 5,
+                    "max_connections": 1000,
+                }
+            ],
             "capacity": 1500,
             "expiry": 30,
         },

@@ -5,13 +5,12 @@ from __future__ import annotations
 import itertools
 import os
 import socket
-import sys
 from pathlib import Path
 
 from django.db import connection
 
 from continuity.models import Run, Worker
-from continuity.ops.processes import ChildProcess, WorkerChild, watchdog_argv
+from continuity.ops.processes import ChildProcess, WorkerChild, watchdog_argv, web_argv
 from continuity.ops.redis_server import free_port
 from tests.waiting import wait_for
 
@@ -92,11 +91,10 @@ class WebProcess(ChildProcess):
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         super().__init__(
-            [sys.executable, "-m", "daphne", "--bind", "127.0.0.1", "--port", str(self.port),
-             "continuity.asgi:application"],
+            web_argv(host="127.0.0.1", port=self.port),
             env=process_env(**env),
             log_path=artifact("web"),
-        )  # fmt: skip
+        )
 
     def start(self, ready_within: float = 30) -> WebProcess:
         super().start()

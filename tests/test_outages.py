@@ -58,7 +58,10 @@ class SignedInBrowser:
             return error.code, error.read().decode(), dict(error.headers)
 
 
-def test_a_send_while_the_database_is_away_answers_503_and_its_retry_is_stored_once(web):
+def test_a_send_while_the_database_is_away_answers_503_and_its_retry_is_stored_once(processes):
+    # A request waits this long for a pooled connection before it answers 503 (10 s by
+    # default, so that a crowd's burst queues instead of failing).
+    web = processes.add(WebProcess(DATABASE_POOL_TIMEOUT="2"))
     conversation = ConversationFactory()
     browser = SignedInBrowser(web, conversation.owner, f"/c/{conversation.pk}/")
     body = {"text": "Remember that the release is on Monday", "client_id": str(uuid.uuid4())}

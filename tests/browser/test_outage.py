@@ -16,7 +16,9 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 def test_a_send_during_a_database_outage_is_kept_and_sent_again_by_itself(page: Page, processes):
-    web = processes.add(WebProcess())
+    # A request waits this long for a pooled connection before it answers 503 (10 s by
+    # default, so that a crowd's burst queues instead of failing).
+    web = processes.add(WebProcess(DATABASE_POOL_TIMEOUT="2"))
     user = UserFactory()
     conversation = ConversationFactory(owner=user)
     log_in(page, web, user.username)

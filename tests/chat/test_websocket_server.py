@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import urllib.request
 import uuid
 
 import pytest
 from django.conf import settings
+from django.db import connection
 from django.test import Client
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
@@ -99,3 +101,41 @@ def test_logging_out_closes_the_pages_socket(web):
             while True:
                 socket.recv(timeout=10)
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 4401
+
+
+def test_the_web_process_pools_its_database_connections(processes):
+    """A burst of requests, each on a thread of daphne's, shares a few pooled connections
+    instead of each thread keeping one of its own; and the pool stays daphne's: importing the
+    ASGI module does not hand it on to the workers that a process starts."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    import continuity.asgi  # noqa: F401  (what daphne imports)
+    from tests.processes import WebProcess
+
+    assert "DATABASE_POOL_SIZE" not in os.environ
+    web = processes.add(WebProcess(DATABASE_POOL_SIZE="3"))
+    owner = UserFactory()
+    conversation = ConversationFactory(owner=owner)
+    cookie = session_cookie(owner)
+
+    def page(_) -> int:
+        request = urllib.request.Request(f"{web.url}/c/{conversation.pk}/")
+        request.add_header("Cookie", cookie)
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status
+
+    with ThreadPoolExecutor(max_workers=30) as pool:
+        statuses = list(pool.map(page, range(60)))
+    assert statuses == [200] * 60
+    assert database_sessions() <= 3
+
+
+def database_sessions() -> int:
+    """Sessions of other processes on the test database (here: daphne's)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        return cursor.fetchone()[0]

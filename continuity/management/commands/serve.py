@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import socket
 import sys
 from pathlib import Path
@@ -11,6 +12,8 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
+
+from continuity.ops.processes import web_argv
 
 DEFAULT_REDIS = "redis://127.0.0.1:6379/0"
 
@@ -145,9 +148,7 @@ def app_programs(*, host: str, port: int, workers: int) -> dict[str, tuple[str, 
     """Program name -> (command, priority). Lower priorities start first and stop last."""
     python = sys.executable
     concurrency = int(os.environ.get("WORKER_CONCURRENCY") or 2)
-    programs = {
-        "web": (f"{python} -m daphne --bind {host} --port {port} continuity.asgi:application", 20)
-    }
+    programs = {"web": (shlex.join(web_argv(host=host, port=port)), 20)}
     for number in range(1, workers + 1):
         # A node name per program: a restarted worker reaps what its predecessor left running.
         # `%%h` is supervisord's escape for Celery's `%h` (the host name).

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import socket
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -17,7 +16,7 @@ from django.conf import settings
 from django.db import connection
 
 from continuity.models import Worker
-from continuity.ops.processes import ChildProcess, WorkerChild, watchdog_argv
+from continuity.ops.processes import ChildProcess, WorkerChild, watchdog_argv, web_argv
 from continuity.ops.redis_server import RedisServer, free_port
 
 from .database import BenchDatabase
@@ -135,9 +134,8 @@ class Rig:
     def web(self, **env: str) -> tuple[ChildProcess, str]:
         """daphne serving the ASGI app (pages, htmx endpoints, websockets); its base URL."""
         port = free_port()
-        argv = [sys.executable, "-m", "daphne", "--bind", "127.0.0.1", "--port", str(port)]
         web = ChildProcess(
-            [*argv, "continuity.asgi:application"], env=self.env(**env), log_path=self.log("web")
+            web_argv(host="127.0.0.1", port=port), env=self.env(**env), log_path=self.log("web")
         )
         self.started.append(web.start())
 

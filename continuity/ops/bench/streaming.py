@@ -31,10 +31,6 @@ from .traffic import TEXT, all_answered
 
 UNLIMITED = {"CONTINUITY_SEND_RATE": "1000000/second"}
 CHUNK_TIMEOUT = 30  # live updates are at most once: a lost chunk is an error, not a hang
-# Sockets open and close this many at a time, as people arriving over a few seconds: hundreds
-# of handshakes in the same instant exhaust daphne's channel-layer connection pool (100 in
-# redis-py 8), which is a finding of its own, not what the crowd figures are about.
-OPENING = 20
 RESENDS = 5
 MESSAGE_ID = re.compile(r'data-message-id="(\d+)"')
 
@@ -130,12 +126,11 @@ async def crowd(base_url: str, visitors: list[Visitor], messages: int) -> Crowd:
     other, each once the first chunk of the previous reply arrived."""
     result = Crowd()
     clients = [PageClient(base_url, visitor, result) for visitor in visitors]
-    gate = asyncio.Semaphore(OPENING)
-    await asyncio.gather(*(client.open(gate) for client in clients))
+    await asyncio.gather(*(client.open() for client in clients))
     started = time.perf_counter()
     await asyncio.gather(*(client.converse(messages) for client in clients if client.opened))
     result.elapsed = time.perf_counter() - started
-    await asyncio.gather(*(client.close(gate) for client in clients if client.opened))
+    await asyncio.gather(*(client.close() for client in clients if client.opened))
     return result
 
 
@@ -148,22 +143,21 @@ class PageClient:
         self.waiting: dict[int, asyncio.Future] = {}
         self.opened = False
 
-    async def open(self, gate: asyncio.Semaphore) -> None:
+    async def open(self) -> None:
         """Open the socket (a failure is counted, and this client sends nothing)."""
         from websockets.asyncio.client import connect
 
         ws_url = self.base_url.replace("http", "ws", 1)
-        async with gate:
-            try:
-                self.socket = await connect(
-                    f"{ws_url}/ws/c/{self.visitor.conversation_id}/",
-                    additional_headers=self.headers(),
-                    open_timeout=60,
-                )
-                await self.socket.send(json.dumps({"type": "sync", "after": 0, "pending": []}))
-            except Exception as error:
-                self.result.errors[f"socket not opened: {type(error).__name__}"] += 1
-                return
+        try:
+            self.socket = await connect(
+                f"{ws_url}/ws/c/{self.visitor.conversation_id}/",
+                additional_headers=self.headers(),
+                open_timeout=60,
+            )
+            await self.socket.send(json.dumps({"type": "sync", "after": 0, "pending": []}))
+        except Exception as error:
+            self.result.errors[f"socket not opened: {type(error).__name__}"] += 1
+            return
         self.reader = asyncio.create_task(self.read())
         self.http = self.http_client()
         self.opened = True
@@ -236,11 +230,10 @@ class PageClient:
             raise SendRefused(f"HTTP {response.status_code}")
         return response
 
-    async def close(self, gate: asyncio.Semaphore) -> None:
-        async with gate:
-            await self.http.aclose()
-            await self.socket.close()
-            self.reader.cancel()
+    async def close(self) -> None:
+        await self.http.aclose()
+        await self.socket.close()
+        self.reader.cancel()
 
 
 class SendRefused(Exception):
@@ -268,7 +261,7 @@ def streaming_notes(plan: Plan, crowds: list[Crowd], connection_limit: int) -> l
         f"One client: {plan.stream_messages} messages per repetition, each sent once the "
         "previous reply's first chunk arrived. With the zero-think brain a reply is written "
         "within one flush interval, so its first chunk is usually the whole reply.",
-        f"Crowd: {plan.clients} clients open their sockets ({OPENING} at a time), then all "
+        f"Crowd: {plan.clients} clients open their sockets all at once, then all "
         f"send at once, {plan.client_messages} message(s) each, one after the other; "
         "completion is from the first send until every client saw the first chunk of its last "
         "reply (or gave up on it); p95 over every message answered with a chunk. Errors: "
