@@ -182,7 +182,7 @@ class Run(models.Model):
     # Times that the watchdog compares are taken on the database's clock, never a host's.
     started_at = models.DateTimeField(db_default=Now())
     ended_at = models.DateTimeField(null=True, blank=True)
-    heartbeat_at = models.DateTimeField()
+    heartbeat_at = models.DateTimeField(db_default=Now())
     error = models.TextField(blank=True)
     traceback = models.TextField(blank=True)
 

@@ -84,47 +84,53 @@ def attempt_begin(
     nothing to do now (paused, backing off, empty, or another live attempt holds the lease).
     `on_begin` runs in the same transaction, with the lease held: what it stores commits with
     the attempt counter (one commit fewer per message)."""
-    # Asked before the lock: Redis may take a while to answer, and the lock blocks every writer.
-    stale_ids = stale_run_ids(Run.objects.filter(conversation_id=conversation_id))
     with transaction.atomic():
         conversation = conversation_lock(conversation_id)
         if conversation is None or conversation.state != Conversation.State.ACTIVE:
             return None
-        if conversation.runs.filter(state=Run.State.RUNNING).exists():
-            for stale_id in stale_ids:
-                attempt_end(
-                    run_id=stale_id,
-                    state=Run.State.CRASHED,
-                    error=CRASH_ERROR,
-                    detected_by=CrashRecord.Detector.DRAIN,
-                    only_if_stale=True,
+        # Its own statement, after the lock: a subquery of the locking statement would read a
+        # snapshot taken before the wait for the lock, missing a lease taken meanwhile.
+        leased = conversation.runs.filter(state=Run.State.RUNNING).exists()
+        waiting = leased or conversation.backing_off
+        message = None if waiting else pending_messages(conversation_id).first()
+        if message is not None:
+            run = attempt_open(conversation=conversation, message=message, node=node)
+            if on_begin is not None:
+                on_begin(run, message)
+            transaction.on_commit(
+                lambda: publish_message_changed(
+                    conversation_id=conversation_id, message_id=message.pk
                 )
-            return None
-        if conversation.backing_off:
-            return None
-        message = pending_messages(conversation_id).first()
-        if message is None:
-            return None
-        attempt = message.attempts + 1
-        # Committed before any work, so an attempt that dies still counts (poison detection).
-        message_bump(message_id=message.pk, attempts=attempt, state=Message.State.PROCESSING)
-        run = Run.objects.create(
-            conversation=conversation,
-            message=message,
-            attempt=attempt,
-            node=node,
-            incarnation=current_incarnation(),
-            worker=worker_identity(),
-            heartbeat_at=Now(),
-        )
-        run.refresh_from_db(fields=["heartbeat_at", "started_at"])
-        if on_begin is not None:
-            message.conversation = conversation
-            on_begin(run, message)
-        transaction.on_commit(
-            lambda: publish_message_changed(conversation_id=conversation_id, message_id=message.pk)
-        )
-    return run
+            )
+            return run
+    if leased:
+        # Another attempt holds the lease; if its heartbeat lapsed, its worker died. Asked once
+        # the lock is released: Redis may take a while to answer, and the lock blocks writers.
+        for stale_id in stale_run_ids(Run.objects.filter(conversation_id=conversation_id)):
+            attempt_end(
+                run_id=stale_id,
+                state=Run.State.CRASHED,
+                error=CRASH_ERROR,
+                detected_by=CrashRecord.Detector.DRAIN,
+                only_if_stale=True,
+            )
+    return None
+
+
+def attempt_open(*, conversation: Conversation, message: Message, node: str) -> Run:
+    """With the conversation locked: count the attempt on the message and take the lease."""
+    attempt = message.attempts + 1
+    # Committed before any work, so an attempt that dies still counts (poison detection).
+    message_bump(message_id=message.pk, attempts=attempt, state=Message.State.PROCESSING)
+    message.conversation = conversation
+    return Run.objects.create(
+        conversation=conversation,
+        message=message,
+        attempt=attempt,
+        node=node,
+        incarnation=current_incarnation(),
+        worker=worker_identity(),
+    )
 
 
 def reply_store(

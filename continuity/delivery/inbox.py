@@ -165,13 +165,11 @@ def drains_waiting(conversation_ids: list[int]) -> set[int]:
 def message_accept(*, conversation: Conversation, text: str, client_id: uuid.UUID) -> Message:
     """Store a user message as queued, once per client id, and enqueue its processing."""
     text = message_clean_text(text)
-    existing = Message.objects.filter(conversation=conversation, client_id=client_id).first()
-    if existing is not None:
-        return same_text_or_refuse(existing, text)
     try:
         return message_queue(conversation_id=conversation.pk, text=text, client_id=client_id)
     except IntegrityError:
-        # A concurrent submit of the same client id won the race: return its row.
+        # A resubmit (or a concurrent submit that won the race): its row, not a second one.
+        # Asked only after the insert failed: a first submit, the usual case, costs no lookup.
         existing = Message.objects.get(conversation=conversation, client_id=client_id)
         return same_text_or_refuse(existing, text)
 

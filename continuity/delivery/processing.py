@@ -53,26 +53,37 @@ DATABASE_ERRORS = (OperationalError, InterfaceError)
 
 def drain_conversation(*, conversation_id: int, node: str = "") -> None:
     """Answer the conversation's oldest pending message; a follow-up task takes the next one."""
-    # A brain that cannot load is this worker's fault, not the message's: fail before an attempt.
-    chosen = Conversation.objects.filter(pk=conversation_id).values_list("brain", flat=True)
-    brain = brain_load(chosen.first() or "")
-    prepared: dict[str, Context | None] = {}
+    begun: dict = {}
 
     def prepare(run: Run, message: Message) -> None:
-        prepared["context"] = context_prepare(run=run, message=message)
+        # A brain that cannot load is this worker's fault, not the message's: it fails here,
+        # and the attempt is rolled back with it.
+        begun["brain"] = brain_load(message.conversation.brain)
+        begun["stored"] = checkpoints_stored(run=run, message=message)
+        begun["context"] = context_prepare(run=run, message=message)
 
     run = attempt_begin(conversation_id=conversation_id, node=node, on_begin=prepare)
     if run is not None:
-        attempt_execute(run=run, brain=brain, context=prepared.get("context"))
+        attempt_execute(run=run, **begun)
 
 
-def attempt_execute(*, run: Run, brain: Brain, context: Context | None = None) -> None:
+def checkpoints_stored(*, run: Run, message: Message) -> dict[str, dict]:
+    """Every checkpoint an earlier attempt stored for the message, by step, in one query: those
+    steps are not run again. A first attempt has none to look for."""
+    if run.attempt == 1 and not message.interruptions:
+        return {}
+    return dict(Checkpoint.objects.filter(message_id=message.pk).values_list("step", "output"))
+
+
+def attempt_execute(
+    *, run: Run, brain: Brain, stored: dict[str, dict], context: Context | None = None
+) -> None:
     """`context`: the one stored when the attempt began, if it needed no compaction."""
     answered = False
     with RunHeartbeat(run.pk) as heartbeat:
         try:
             context, reply_text, task_state, last_step = steps_run(
-                run=run, brain=brain, stopped=heartbeat.stopped, context=context
+                run=run, brain=brain, stopped=heartbeat.stopped, stored=stored, context=context
             )
             attempt_finish(
                 run=run, reply_text=reply_text, task_state=task_state, last_step=last_step
@@ -151,7 +162,12 @@ def record_when_database_returns(record: Callable[[], object], *, stopped: Event
 
 
 def steps_run(
-    *, run: Run, brain: Brain, stopped: Event, context: Context | None = None
+    *,
+    run: Run,
+    brain: Brain,
+    stopped: Event,
+    stored: dict[str, dict],
+    context: Context | None = None,
 ) -> tuple[Context, str, dict | None, Callable[[], None] | None]:
     """The context the attempt assembled, the reply, the task state the brain reports for the
     end-of-turn handoff, and the storing of the last step, which commits with the reply."""
@@ -160,10 +176,6 @@ def steps_run(
         if stopped.is_set():
             raise AttemptStopped(f"Run {run.pk} stopped before assembling its context.")
         context = context_assemble(run=run, message=message, brain=brain)
-    # Every checkpoint an earlier attempt stored, in one query: those steps are not run again.
-    stored = dict(
-        Checkpoint.objects.filter(message_id=run.message_id).values_list("step", "output")
-    )
     plan = step(run, "plan", stopped, stored, lambda: brain.plan(context))
     streamed = ReplyStream(run=run, stopped=stopped)
     reply = step(

@@ -145,3 +145,55 @@ def test_attempt_begin_asks_redis_before_it_locks_the_conversation(run, monkeypa
         asking.join()
         connection.close()
         silent.close()
+
+
+def test_a_drain_that_waited_for_the_lock_sees_the_lease_taken_meanwhile(conversation):
+    import threading
+
+    from django.db import connection, transaction
+
+    from continuity.delivery.attempts import conversation_lock
+
+    message = message_accept(conversation=conversation, text="hello", client_id=uuid.uuid4())
+    holding, release, outcomes = threading.Event(), threading.Event(), []
+
+    def lease_taken_slowly() -> None:
+        try:
+            with transaction.atomic():
+                conversation_lock(conversation.pk)
+                Run.objects.create(conversation=conversation, message=message, attempt=1)
+                holding.set()
+                release.wait(10)
+        finally:
+            connection.close()
+
+    def drain_begins() -> None:
+        try:
+            outcomes.append(attempt_begin(conversation_id=conversation.pk))
+        except Exception as error:
+            outcomes.append(error)
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=lease_taken_slowly)
+    holder.start()
+    holding.wait(10)
+    drain = threading.Thread(target=drain_begins)
+    drain.start()
+    wait_for(lock_waiters, timeout=10, what="the drain waiting for the conversation's lock")
+    release.set()
+    holder.join()
+    drain.join()
+    assert outcomes == [None]
+    assert Run.objects.filter(conversation=conversation).count() == 1
+
+
+def lock_waiters() -> int:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND wait_event_type = 'Lock'"
+        )
+        return cursor.fetchone()[0]

@@ -80,6 +80,7 @@ def test_a_live_attempt_holds_the_conversation(conversation):
 
 def test_a_re_executed_attempt_reuses_stored_step_outputs(conversation):
     message = send(conversation, "hello there")
+    Message.objects.filter(pk=message.pk).update(attempts=1)  # counted when it began
     earlier = Run.objects.create(
         conversation=conversation,
         message=message,
