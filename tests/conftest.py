@@ -77,17 +77,25 @@ def owner_client(client, user):
 
 @pytest.fixture
 def processes():
-    """Start real processes with `processes.add(...)`; all are stopped after the test."""
+    """Start real processes with `processes.add(...)`; all are ended after the test.
+
+    Killed, not stopped: a test about shutdowns makes its own (`process.stop()`), and a worker's
+    warm shutdown takes seconds that no test here would check. `stop_after=True` for a process
+    whose children only its own shutdown ends (supervisord's programs run in process groups of
+    their own): killed, it would leave them running into the next tests."""
     started = []
 
     class Registry:
-        def add(self, process):
-            started.append(process)
+        def add(self, process, *, stop_after: bool = False):
+            started.append((process, stop_after))
             return process.start()
 
     yield Registry()
-    for process in reversed(started):
-        process.stop()
+    for process, stop_after in reversed(started):
+        if stop_after:
+            process.stop()
+        else:
+            process.kill_all()
 
 
 @pytest.fixture

@@ -102,7 +102,7 @@ class Serve(ChildProcess):
 @pytest.fixture
 def serve(tmp_path, processes):
     def start(**options) -> Serve:
-        return processes.add(Serve(tmp_path, **options))
+        return processes.add(Serve(tmp_path, **options), stop_after=True)
 
     return start
 

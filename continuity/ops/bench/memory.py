@@ -28,7 +28,7 @@ def memory_run(rig: Rig, plan: Plan) -> Section:
     spread(conversations, plan.memory_messages)
     trail = answered_with_rss(worker, ids, marks(plan.memory_messages))
     after = rss(worker)
-    worker.stop()
+    worker.kill_all()  # idle once every message is answered
     if sorted(before["pool"]) != sorted(after["pool"]):
         raise BenchError("A pool process of the memory worker was replaced during the run.")
     pool_before, pool_after = sum(before["pool"].values()), sum(after["pool"].values())

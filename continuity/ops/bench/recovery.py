@@ -74,7 +74,7 @@ def recovery_trial(rig: Rig, node: str) -> dict:
         every=0.01,
     )
     reply = time.perf_counter() - started
-    replacement.stop()
+    replacement.kill_all()  # idle once the reply is committed
     crash = CrashRecord.objects.get(message=message)
     answered_by = message.runs.get(state=Run.State.COMPLETED)
     return {

@@ -123,7 +123,7 @@ class Rig:
     def shared_worker_stop(self) -> None:
         """Before a section runs workers of its own: the shared one would take their tasks."""
         if self._shared is not None:
-            self._shared.stop()
+            self._shared.kill_all()  # idle: a warm shutdown would only cost seconds
             self._shared = None
 
     def watchdog(self, **env: str) -> ChildProcess:
@@ -155,6 +155,6 @@ class Rig:
 
     def close(self) -> None:
         for process in reversed(self.started):
-            process.stop(timeout=15)
+            process.kill_all()  # the run is over: nothing of theirs is measured or kept
         self.started.clear()
         self.redis.stop()
