@@ -48,18 +48,20 @@ def title_from_text(text: str) -> str:
 
 DRAIN_SEQUENCE_KEY = "continuity:drains:sent"
 DRAIN_RECEIVED_KEY = "continuity:drains:received"
-# On receipt of drain ARGV[1]: clear the conversation's marker if it is this drain's (an older
-# duplicate must not clear the marker of a newer drain still in the queue), and raise the
-# "received" high-water mark, never lower it (receipts arrive slightly out of order).
-# Claim the conversation's marker for drain ARGV[1] unless a drain newer than every received
-# one holds it (that one is still in the queue). An older marker is orphaned and is replaced.
+# Number the next drain (KEYS[3]) and claim the conversation's marker for it, unless a drain
+# newer than every received one holds it (that one is still in the queue): its number, or 0.
+# An older marker is orphaned and is replaced. One round trip per accept.
 CLAIM = """
+local sequence = redis.call('INCR', KEYS[3])
 local marker = redis.call('GET', KEYS[1])
 local received = tonumber(redis.call('GET', KEYS[2]) or '0')
 if marker and tonumber(marker) > received then return 0 end
-redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
-return 1
+redis.call('SET', KEYS[1], sequence, 'EX', ARGV[1])
+return sequence
 """
+# On receipt of drain ARGV[1]: clear the conversation's marker if it is this drain's (an older
+# duplicate must not clear the marker of a newer drain still in the queue), and raise the
+# "received" high-water mark, never lower it (receipts arrive slightly out of order).
 RECEIVED = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
 local received = tonumber(redis.call('GET', KEYS[2]) or '0')
@@ -92,8 +94,9 @@ def drain_send(*, conversation_id: int) -> None:
     ttl = int(settings.CONTINUITY_DRAIN_MARKER_SECONDS)
     claimed, sent = True, False  # claimed unless Redis answers that another drain holds it
     try:
-        sequence = redis_client().incr(DRAIN_SEQUENCE_KEY)
-        claimed = bool(redis_client().eval(CLAIM, 2, marker, DRAIN_RECEIVED_KEY, sequence, ttl))
+        keys = (marker, DRAIN_RECEIVED_KEY, DRAIN_SEQUENCE_KEY)
+        sequence = redis_client().eval(CLAIM, len(keys), *keys, ttl)
+        claimed = bool(sequence)
         if claimed:
             # The limits are read now, from this process's settings: Celery would otherwise
             # put the values it cached at its first send into every message.
