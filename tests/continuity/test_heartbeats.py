@@ -15,7 +15,7 @@ from continuity.delivery.inbox import message_accept
 from continuity.delivery.processing import chunk_store, step
 from continuity.errors import AttemptStopped
 from continuity.models import Checkpoint, Message, ReplyChunk, Run
-from tests.waiting import wait_for
+from tests.waiting import lock_waiters, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -186,14 +186,3 @@ def test_a_drain_that_waited_for_the_lock_sees_the_lease_taken_meanwhile(convers
     drain.join()
     assert outcomes == [None]
     assert Run.objects.filter(conversation=conversation).count() == 1
-
-
-def lock_waiters() -> int:
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-            "AND wait_event_type = 'Lock'"
-        )
-        return cursor.fetchone()[0]
