@@ -85,6 +85,9 @@ class Publisher:
         self.loop.run_forever()
         drain.cancel()
         self.loop.run_until_complete(asyncio.gather(drain, return_exceptions=True))
+        # Closed here, on its own thread: left to the garbage collector, channels-redis's close
+        # hook would try to run the loop on whatever thread collects it, maybe inside another.
+        self.loop.close()
 
     def send(self, group: str, event: dict) -> None:
         if time.monotonic() < self.paused_until:
