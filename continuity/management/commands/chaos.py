@@ -15,12 +15,11 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.db import InterfaceError, OperationalError, connection
 
-from continuity import celery_app
 from continuity.delivery.inbox import message_accept
 from continuity.models import Conversation, Message
 from continuity.ops.chaos import Chaos, Restarts, chaos_audit, postgres_restart, wait_until
 from continuity.ops.processes import ChildProcess, watchdog_argv
-from continuity.ops.redis_server import RedisServer
+from continuity.ops.redis_server import RedisServer, redis_use
 
 RECOVERY_CLOCKS = {
     "CONTINUITY_HEARTBEAT_SECONDS": "1",
@@ -86,7 +85,7 @@ class Command(BaseCommand):
         rng = random.Random(options["seed"])
         log_dir = Path(tempfile.mkdtemp(prefix="continuity-chaos-"))
         redis_server = RedisServer().start()
-        use_private_redis(redis_server.url)
+        redis_use(redis_server.url)
         env = self.child_env(redis_server.url, options)
         watchdog = ChildProcess(watchdog_argv(), env=env, log_path=log_dir / "watchdog.log")
         chaos = Chaos(
@@ -161,13 +160,6 @@ CHAOS_SETTINGS = (
     "CONTINUITY_MAX_ATTEMPTS",
     "CONTINUITY_PAUSE_AFTER_CRASHES",
 )
-
-
-def use_private_redis(url: str) -> None:
-    """Point this process at the run's own Redis, before anything here has connected."""
-    settings.REDIS_URL = url
-    celery_app.conf.broker_url = url
-    settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"][0]["address"] = url
 
 
 def send(conversations, count: int, rate: float, rng: random.Random) -> int:

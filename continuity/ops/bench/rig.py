@@ -12,12 +12,11 @@ from pathlib import Path
 from typing import TypeVar
 from urllib.parse import quote
 
-from django.conf import settings
 from django.db import connection
 
 from continuity.models import Worker
 from continuity.ops.processes import ChildProcess, WorkerChild, watchdog_argv, web_argv
-from continuity.ops.redis_server import RedisServer, free_port
+from continuity.ops.redis_server import RedisServer, free_port, redis_use
 
 from .database import BenchDatabase
 
@@ -47,18 +46,6 @@ def database_url() -> str:
     password = f":{quote(db['PASSWORD'], safe='')}" if db["PASSWORD"] else ""
     host = f"{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}"
     return f"postgres://{quote(db['USER'], safe='')}{password}@{host}/{db['NAME']}"
-
-
-def redis_use(url: str) -> None:
-    """Point this process at the run's own Redis, before anything here has connected."""
-    from continuity import celery_app
-
-    # Celery reads CELERY_BROKER_URL from the settings object before its own `broker_url`,
-    # so setting `celery_app.conf.broker_url` alone would leave drains going to REDIS_URL.
-    settings.REDIS_URL = settings.CELERY_BROKER_URL = url
-    settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"][0]["address"] = url
-    if celery_app.conf.broker_url != url:
-        raise BenchError(f"Celery's broker is still {celery_app.conf.broker_url}")
 
 
 class BenchWorker(WorkerChild):
