@@ -67,10 +67,16 @@ def drain_conversation(*, conversation_id: int, node: str = "") -> None:
         attempt_execute(run=run, **begun)
 
 
+def attempt_resumes(*, run: Run, message: Message) -> bool:
+    """Whether an earlier attempt on the message stopped (crashed, failed or was interrupted;
+    an interruption gives its attempt back, so the count alone does not say)."""
+    return run.attempt > 1 or message.interruptions > 0
+
+
 def checkpoints_stored(*, run: Run, message: Message) -> dict[str, dict]:
     """Every checkpoint an earlier attempt stored for the message, by step, in one query: those
     steps are not run again. A first attempt has none to look for."""
-    if run.attempt == 1 and not message.interruptions:
+    if not attempt_resumes(run=run, message=message):
         return {}
     return dict(Checkpoint.objects.filter(message_id=message.pk).values_list("step", "output"))
 
@@ -240,8 +246,10 @@ def context_record(
     """Inside the attempt's fenced transaction: store its context by reference, and record a
     recovery when an earlier attempt on the message stopped (the context then says so)."""
     run_context_store(run=run, refs=refs, tokens=tokens)
-    resumed = run.attempt > 1 or message.interruptions
-    if resumed and (recovery := recovery_record(run=run)) is not None:
+    if (
+        attempt_resumes(run=run, message=message)
+        and (recovery := recovery_record(run=run)) is not None
+    ):
         context = replace(context, recovery=recovery_note(recovery))
     return context
 
