@@ -28,20 +28,26 @@ FAST_CLOCKS = {
 }
 
 
-def process_env(**overrides: str) -> dict[str, str]:
-    """Environment for a child process that uses the test database and the session's Redis.
+def command_env(**overrides: str) -> dict[str, str]:
+    """Environment for a child process on the test database, with the project's own settings
+    (a `manage.py` command that starts and configures processes of its own: bench, chaos).
 
     Never with DJANGO_ALLOW_ASYNC_UNSAFE (the browser tests' own process sets it): a synchronous
     ORM call in async code must fail in daphne as it does in production."""
     inherited = {k: v for k, v in os.environ.items() if k != "DJANGO_ALLOW_ASYNC_UNSAFE"}
     return {
         **inherited,
-        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "DJANGO_SETTINGS_MODULE": "continuity.settings",
         "DATABASE_URL": database_url(),
-        "PYTHONUNBUFFERED": "1",
-        **FAST_CLOCKS,
         **overrides,
     }
+
+
+def process_env(**overrides: str) -> dict[str, str]:
+    """Environment for a child process that uses the test database and the session's Redis,
+    with the suite's settings and fast clocks."""
+    suite = {"DJANGO_SETTINGS_MODULE": "tests.settings", "PYTHONUNBUFFERED": "1", **FAST_CLOCKS}
+    return command_env(**{**suite, **overrides})
 
 
 def database_url() -> str:

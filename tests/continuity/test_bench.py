@@ -3,7 +3,6 @@ every section with real processes, so that it never rots. Nothing here judges a 
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -16,7 +15,7 @@ from continuity.ops.bench.counting import Cost, sql_tally, statement_kind
 from continuity.ops.bench.report import NUMBERS
 from continuity.ops.bench.run import SECTIONS
 from continuity.ops.bench.stats import percentile
-from tests.processes import database_url
+from tests.processes import command_env
 
 # The suite's session fixtures expect the test database; these tests do not touch it (the smoke
 # run makes a database of its own, named after it).
@@ -67,8 +66,7 @@ def test_a_statement_with_a_subquery_is_named_by_its_own_table():
 
 def test_the_smoke_run_reports_every_section_with_numbers(tmp_path):
     output = tmp_path / "benchmarks.md"
-    env = {k: v for k, v in os.environ.items() if k != "DJANGO_ALLOW_ASYNC_UNSAFE"}
-    env.update(DJANGO_SETTINGS_MODULE="continuity.settings", DATABASE_URL=database_url())
+    env = command_env()
     result = subprocess.run(
         [sys.executable, "manage.py", "bench", "--smoke", "--output", str(output),
          "--database", f"{connection.settings_dict['NAME']}_bench"],

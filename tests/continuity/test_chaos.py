@@ -98,16 +98,14 @@ def test_a_chaos_run_sends_its_drains_to_its_own_redis():
     the watchdog's re-send, which the markers claimed in the private Redis hold off until they
     expire (CONTINUITY_DRAIN_MARKER_SECONDS, 600 s), far beyond this run's timeout."""
     import json
-    import os
     import subprocess
     import sys
 
     from django.conf import settings
 
-    from tests.processes import database_url
+    from tests.processes import command_env
 
-    env = {k: v for k, v in os.environ.items() if k != "DJANGO_ALLOW_ASYNC_UNSAFE"}
-    env.update(DJANGO_SETTINGS_MODULE="continuity.settings", DATABASE_URL=database_url())
+    env = command_env()
     result = subprocess.run(
         [sys.executable, "manage.py", "chaos", "--messages", "12", "--conversations", "3",
          "--workers", "1", "--kill-every", "0", "--timeout", "60"],
