@@ -10,10 +10,12 @@ and summaries never overwritten), so its size does not grow with the conversatio
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 from django.conf import settings
 
+from .. import sql
 from ..brains import Context, Turn
 from ..models import (
     Checkpoint,
@@ -47,31 +49,65 @@ class ContextRefs:
 def summary_latest(*, conversation_id: int) -> Summary | None:
     """The newest summary of the shown branch: one that covers turns now on a hidden branch
     (the conversation was edited before its end) would put them back into the prompt."""
-    summaries = Summary.objects.filter(
-        conversation_id=conversation_id, covers_through__hidden_with__isnull=True
+    found = sql.row(
+        "SELECT s.id, s.version, s.covers_through_id, s.text FROM continuity_summary AS s "
+        "JOIN continuity_message AS m ON m.id = s.covers_through_id "
+        "WHERE s.conversation_id = %s AND m.hidden_with_id IS NULL "
+        "ORDER BY s.version DESC LIMIT 1",
+        [conversation_id],
     )
-    return summaries.order_by("-version").first()
+    if found is None:
+        return None
+    pk, version, covers_through_id, text = found
+    return sql.instance(
+        Summary,
+        id=pk,
+        conversation_id=conversation_id,
+        version=version,
+        covers_through_id=covers_through_id,
+        text=text,
+    )
 
 
 def turn_rows(*, conversation_id: int, after_id: int, before_id: int) -> list[list[tuple]]:
     """Answered turns between two message ids, as (id, role, text) rows: each user message with
     its reply (a reply that staff deleted leaves its question alone, not the context broken)."""
-    fields = ("pk", "role", "text")
-    users = list(
-        Message.objects.filter(
-            conversation_id=conversation_id,
-            role=Message.Role.USER,
-            state=Message.State.DONE,
-            hidden_with__isnull=True,
-            id__gt=after_id,
-            id__lt=before_id,
-        )
-        .order_by("id")
-        .values_list(*fields)
+    found = sql.rows(
+        "SELECT q.id, q.role, q.text, a.id, a.role, a.text FROM continuity_message AS q "
+        "LEFT JOIN continuity_message AS a ON a.reply_to_id = q.id "
+        "WHERE q.conversation_id = %s AND q.role = %s AND q.state = %s "
+        "AND q.hidden_with_id IS NULL AND q.id > %s AND q.id < %s ORDER BY q.id",
+        [conversation_id, Message.Role.USER, Message.State.DONE, after_id, before_id],
     )
-    answers = Message.objects.filter(reply_to_id__in=[row[0] for row in users])
-    replies = {row[0]: row[1:] for row in answers.values_list("reply_to_id", *fields)}
-    return [[row, replies[row[0]]] if row[0] in replies else [row] for row in users]
+    return [[row[:3], row[3:]] if row[3] is not None else [row[:3]] for row in found]
+
+
+def plan_checkpoint(*, message_id: int) -> tuple[int, dict] | None:
+    """The plan step's checkpoint of a message, as (id, output)."""
+    found = sql.row(
+        "SELECT id, output FROM continuity_checkpoint WHERE message_id = %s AND step = %s",
+        [message_id, "plan"],
+    )
+    return None if found is None else (found[0], sql.json_value(found[1]))
+
+
+def facts_current(*, owner_id: int) -> list[tuple[int, str, str]]:
+    """The owner's current facts (as `MemoryFact.objects.current()`), as (id, key, value)."""
+    return sql.rows(
+        "SELECT id, key, value FROM continuity_memoryfact "
+        "WHERE owner_id = %s AND superseded_at IS NULL ORDER BY key",
+        [owner_id],
+    )
+
+
+def pending_after(*, conversation_id: int, message_id: int) -> list[tuple[int, str, str]]:
+    """Messages that wait behind this one, as (id, role, text), at most a history's worth."""
+    return sql.rows(
+        "SELECT id, role, text FROM continuity_message WHERE conversation_id = %s "
+        "AND role = %s AND state IN (%s, %s) AND id > %s ORDER BY id LIMIT %s",
+        [conversation_id, Message.Role.USER, *Message.PENDING_STATES, message_id]
+        + [settings.CONTINUITY_HISTORY_TURNS],
+    )
 
 
 def context_gather(*, message: Message) -> ContextRefs:
@@ -90,19 +126,9 @@ def context_assembled(*, message: Message, attempt: int) -> tuple[ContextRefs, C
         before_id=message.pk,
     )
     handoff = handoff_latest(conversation_id=conversation.pk)
-    checkpoint = None
-    if pairs:
-        plans = Checkpoint.objects.filter(message_id=pairs[-1][0][0], step="plan")
-        checkpoint = plans.values_list("pk", "output").first()
-    facts = MemoryFact.objects.current().filter(owner_id=conversation.owner_id).order_by("key")
-    facts = list(facts.values_list("pk", "key", "value"))
-    pending = Message.objects.filter(
-        conversation_id=conversation.pk,
-        role=Message.Role.USER,
-        state__in=Message.PENDING_STATES,
-        id__gt=message.pk,
-    ).order_by("id")
-    pending = list(pending.values_list("pk", "role", "text")[: settings.CONTINUITY_HISTORY_TURNS])
+    checkpoint = plan_checkpoint(message_id=pairs[-1][0][0]) if pairs else None
+    facts = facts_current(owner_id=conversation.owner_id)
+    pending = pending_after(conversation_id=conversation.pk, message_id=message.pk)
     refs = ContextRefs(
         identity=settings.CONTINUITY_IDENTITY,
         facts=[pk for pk, _, _ in facts],
@@ -167,17 +193,24 @@ def context_load(*, refs: ContextRefs, message: Message, attempt: int) -> Contex
 
 def run_context_store(*, run: Run, refs: ContextRefs, tokens: int) -> RunContext:
     """Inside the caller's fenced transaction (it holds the run's lock)."""
-    return RunContext.objects.create(
-        run=run,
-        identity=refs.identity,
-        facts=refs.facts,
-        handoff_id=refs.handoff_id,
-        checkpoint_id=refs.checkpoint_id,
-        summary_id=refs.summary_id,
-        turns=refs.turns,
-        pending=refs.pending,
-        estimated_tokens=tokens,
+    fields = {
+        "run_id": run.pk,
+        "identity": refs.identity,
+        "facts": refs.facts,
+        "handoff_id": refs.handoff_id,
+        "checkpoint_id": refs.checkpoint_id,
+        "summary_id": refs.summary_id,
+        "turns": refs.turns,
+        "pending": refs.pending,
+        "estimated_tokens": tokens,
+    }
+    params = [json.dumps(value) if isinstance(value, list) else value for value in fields.values()]
+    (pk,) = sql.row(
+        f"INSERT INTO continuity_runcontext ({', '.join(fields)}) "
+        f"VALUES ({', '.join(['%s'] * len(fields))}) RETURNING id",
+        params,
     )
+    return sql.instance(RunContext, id=pk, **fields)
 
 
 def run_context_load(run_context: RunContext) -> Context:

@@ -7,21 +7,43 @@ after a crash, at a pause and at a compaction; by staff in the admin. Never over
 from __future__ import annotations
 
 from django.db import transaction
-from django.db.models import Max, Q
+from django.db.models import Max
 
+from .. import sql
 from ..brains import HandoffNote
 from ..models import Conversation, Handoff, Run, sections_lines
 
 SECTIONS = ("current_state", "critical_context", "next_steps", "decisions")
 
 
+HANDOFF_COLUMNS = (
+    "id",
+    "conversation_id",
+    "version",
+    "reason",
+    *SECTIONS,
+    "author_id",
+    "run_id",
+    "created_at",
+)
+
+
 def handoff_latest(*, conversation_id: int) -> Handoff | None:
     """The newest handoff of the shown branch: one written at the end of a turn that is now on
     a hidden branch (the conversation was edited before it) describes a state left behind."""
-    handoffs = Handoff.objects.filter(conversation_id=conversation_id).filter(
-        Q(run__isnull=True) | Q(run__message__hidden_with__isnull=True)
+    found = sql.row(
+        f"SELECT {', '.join('h.' + column for column in HANDOFF_COLUMNS)} "
+        "FROM continuity_handoff AS h LEFT JOIN continuity_run AS r ON r.id = h.run_id "
+        "LEFT JOIN continuity_message AS m ON m.id = r.message_id "
+        "WHERE h.conversation_id = %s AND (h.run_id IS NULL OR m.hidden_with_id IS NULL) "
+        "ORDER BY h.version DESC LIMIT 1",
+        [conversation_id],
     )
-    return handoffs.order_by("-version").first()
+    if found is None:
+        return None
+    values = dict(zip(HANDOFF_COLUMNS, found, strict=True))
+    values["created_at"] = sql.datetime_value(values["created_at"])
+    return sql.instance(Handoff, **values)
 
 
 def section_text(value: str | list[str]) -> str:

@@ -15,9 +15,11 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import BooleanField, DateTimeField, ExpressionWrapper, Q
+from django.db.models import DateTimeField, ExpressionWrapper
 from django.db.models.functions import Now
+from django.utils import timezone
 
+from .. import sql
 from ..context.handoffs import handoff_after_interruption, handoff_after_turn
 from ..errors import DATABASE_LOST, AttemptStopped, InvalidTransition
 from ..live.events import publish_message_changed
@@ -53,17 +55,21 @@ def crash_window_start() -> ExpressionWrapper:
 
 def conversation_lock(conversation_id: int) -> Conversation | None:
     """Every transaction that changes an attempt locks its conversation first, then the run,
-    then messages: one order everywhere, so no two of them can deadlock."""
-    return (
-        Conversation.objects.select_for_update()
-        .annotate(
-            backing_off=ExpressionWrapper(
-                Q(retry_at__isnull=False, retry_at__gt=Now()), output_field=BooleanField()
-            )
-        )
-        .filter(pk=conversation_id)
-        .first()
+    then messages: one order everywhere, so no two of them can deadlock.
+
+    The row comes back with what an attempt reads (the other fields load on access) and
+    `backing_off`, judged on the database's clock."""
+    found = sql.row(
+        f"SELECT id, owner_id, state, brain, retry_at IS NOT NULL AND retry_at > {sql.db_now()} "
+        f"FROM continuity_conversation WHERE id = %s{sql.for_update()}",
+        [conversation_id],
     )
+    if found is None:
+        return None
+    pk, owner_id, state, brain, backing_off = found
+    conversation = sql.instance(Conversation, id=pk, owner_id=owner_id, state=state, brain=brain)
+    conversation.backing_off = bool(backing_off)
+    return conversation
 
 
 def pending_messages(conversation_id: int):
@@ -88,11 +94,9 @@ def attempt_begin(
         conversation = conversation_lock(conversation_id)
         if conversation is None or conversation.state != Conversation.State.ACTIVE:
             return None
-        # Its own statement, after the lock: a subquery of the locking statement would read a
-        # snapshot taken before the wait for the lock, missing a lease taken meanwhile.
-        leased = conversation.runs.filter(state=Run.State.RUNNING).exists()
-        waiting = leased or conversation.backing_off
-        message = None if waiting else pending_messages(conversation_id).first()
+        leased, message = lease_and_next(conversation_id)
+        if leased or conversation.backing_off:
+            message = None
         if message is not None:
             run = attempt_open(conversation=conversation, message=message, node=node)
             if on_begin is not None:
@@ -117,20 +121,59 @@ def attempt_begin(
     return None
 
 
+def lease_and_next(conversation_id: int) -> tuple[bool, Message | None]:
+    """With the conversation locked: whether a live attempt holds its lease, and its oldest
+    pending message. Its own statement, after the lock: a subquery of the locking statement
+    would read a snapshot taken before the wait for the lock, missing a lease taken meanwhile."""
+    leased, pk, text, attempts, interruptions = sql.row(
+        "SELECT EXISTS (SELECT 1 FROM continuity_run WHERE conversation_id = %s AND state = %s), "
+        "m.id, m.text, m.attempts, m.interruptions "
+        "FROM (SELECT 1) AS one LEFT JOIN continuity_message AS m ON m.id = ("
+        "SELECT id FROM continuity_message WHERE conversation_id = %s AND role = %s "
+        "AND state IN (%s, %s) ORDER BY id LIMIT 1)",
+        [conversation_id, Run.State.RUNNING, conversation_id, Message.Role.USER]
+        + list(Message.PENDING_STATES),
+    )
+    if pk is None:
+        return bool(leased), None
+    message = sql.instance(
+        Message,
+        id=pk,
+        conversation_id=conversation_id,
+        role=Message.Role.USER,
+        text=text,
+        attempts=attempts,
+        interruptions=interruptions,
+    )
+    return bool(leased), message
+
+
 def attempt_open(*, conversation: Conversation, message: Message, node: str) -> Run:
     """With the conversation locked: count the attempt on the message and take the lease."""
     attempt = message.attempts + 1
     # Committed before any work, so an attempt that dies still counts (poison detection).
     message_bump(message_id=message.pk, attempts=attempt, state=Message.State.PROCESSING)
+    message.attempts, message.state = attempt, Message.State.PROCESSING
     message.conversation = conversation
-    return Run.objects.create(
-        conversation=conversation,
-        message=message,
-        attempt=attempt,
-        node=node,
-        incarnation=current_incarnation(),
-        worker=worker_identity(),
+    fields = {
+        "conversation_id": conversation.pk,
+        "message_id": message.pk,
+        "attempt": attempt,
+        "state": Run.State.RUNNING,
+        "node": node,
+        "incarnation": current_incarnation(),
+        "worker": worker_identity(),
+        "error": "",
+        "traceback": "",
+    }
+    (pk,) = sql.row(
+        f"INSERT INTO continuity_run ({', '.join(fields)}) "
+        f"VALUES ({', '.join(['%s'] * len(fields))}) RETURNING id",
+        list(fields.values()),
     )
+    run = sql.instance(Run, id=pk, **fields)
+    run.conversation, run.message = conversation, message
+    return run
 
 
 def reply_store(
@@ -140,20 +183,24 @@ def reply_store(
     as the reply, end the run in `run_state`, mark the message done and let the conversation's
     next queued message go on. The run's update is the fence: an attempt that no longer owns
     the message stores nothing."""
-    ended = Run.objects.filter(pk=run.pk, state=Run.State.RUNNING)
-    if not ended.update(state=run_state, ended_at=Now(), error=error):
-        raise AttemptStopped(f"Run {run.pk} no longer owns message {run.message_id}.")
-    reply = Message.objects.create(
-        conversation_id=run.conversation_id,
-        role=Message.Role.ASSISTANT,
-        text=text,
-        state=Message.State.DONE,
-        reply_to_id=run.message_id,
-        stopped=stopped,
+    now = sql.db_now()
+    ended = sql.execute(
+        f"UPDATE continuity_run SET state = %s, ended_at = {now}, error = %s "
+        "WHERE id = %s AND state = %s",
+        [run_state, error, run.pk, Run.State.RUNNING],
     )
+    if not ended:
+        raise AttemptStopped(f"Run {run.pk} no longer owns message {run.message_id}.")
+    reply = reply_insert(run=run, text=text, stopped=stopped)
     message_bump(message_id=run.message_id, state=Message.State.DONE)
-    Conversation.objects.filter(pk=run.conversation_id).update(retry_at=None, updated_at=Now())
-    if pending_messages(run.conversation_id).exclude(pk=run.message_id).exists():
+    (more_pending,) = sql.row(
+        f"UPDATE continuity_conversation SET retry_at = NULL, updated_at = {now} WHERE id = %s "
+        "RETURNING EXISTS (SELECT 1 FROM continuity_message WHERE conversation_id = %s "
+        "AND role = %s AND state IN (%s, %s) AND id <> %s)",
+        [run.conversation_id, run.conversation_id, Message.Role.USER]
+        + [*Message.PENDING_STATES, run.message_id],
+    )
+    if more_pending:
         conversation_enqueue(conversation_id=run.conversation_id)
     transaction.on_commit(
         lambda: publish_message_changed(
@@ -163,9 +210,40 @@ def reply_store(
     return reply
 
 
+def reply_insert(*, run: Run, text: str, stopped: bool) -> Message:
+    now = timezone.now()
+    fields = {
+        "conversation_id": run.conversation_id,
+        "role": Message.Role.ASSISTANT,
+        "text": text,
+        "client_id": None,
+        "state": Message.State.DONE,
+        "attempts": 0,
+        "interruptions": 0,
+        "version": 1,
+        "reply_to_id": run.message_id,
+        "stopped": stopped,
+        "reasked_from_id": None,
+        "version_of_id": None,
+        "hidden_with_id": None,
+        "created_at": sql.datetime_param(now),
+        "updated_at": sql.datetime_param(now),
+    }
+    (pk,) = sql.row(
+        f"INSERT INTO continuity_message ({', '.join(fields)}) "
+        f"VALUES ({', '.join(['%s'] * len(fields))}) RETURNING id",
+        list(fields.values()),
+    )
+    return sql.instance(Message, id=pk, **{**fields, "created_at": now, "updated_at": now})
+
+
 def run_lock_owned(run: Run) -> None:
     """Inside a transaction: hold the run's row and make sure this attempt still owns it."""
-    if not Run.objects.select_for_update().filter(pk=run.pk, state=Run.State.RUNNING).exists():
+    owned = sql.row(
+        f"SELECT 1 FROM continuity_run WHERE id = %s AND state = %s{sql.for_update()}",
+        [run.pk, Run.State.RUNNING],
+    )
+    if owned is None:
         raise AttemptStopped(f"Run {run.pk} no longer owns message {run.message_id}.")
 
 

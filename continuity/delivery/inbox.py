@@ -8,13 +8,13 @@ import uuid
 import redis
 from django.conf import settings
 from django.db import DatabaseError, IntegrityError, InterfaceError, transaction
-from django.db.models import F
 from django.db.models.functions import Now
 from django.utils import timezone
 from kombu.exceptions import OperationalError
 
 from continuity.celery import app as celery_app
 
+from .. import sql
 from ..errors import ClientIdReused, InvalidMessage
 from ..live.events import publish_message_changed
 from ..models import Conversation, Message
@@ -229,5 +229,10 @@ def conversation_start(*, owner, text: str, client_id: uuid.UUID, brain: str = "
 
 
 def message_bump(*, message_id: int, **changes) -> int:
-    """Apply changes to a message and bump its version, so browsers re-render it."""
-    return Message.objects.filter(pk=message_id).update(version=F("version") + 1, **changes)
+    """Apply changes to a message and bump its version, so browsers re-render it. `changes`:
+    values by column name."""
+    assignments = "".join(f", {column} = %s" for column in changes)
+    return sql.execute(
+        f"UPDATE continuity_message SET version = version + 1{assignments} WHERE id = %s",
+        [*changes.values(), message_id],
+    )

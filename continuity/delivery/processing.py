@@ -21,6 +21,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
+from .. import sql
 from ..brains import Brain, Context, brain_load
 from ..context.assembly import (
     ContextRefs,
@@ -33,7 +34,7 @@ from ..context.memory import memory_remember
 from ..context.recoveries import recovery_note, recovery_record
 from ..errors import DATABASE_LOST, AttemptStopped, PermanentError
 from ..live.events import publish_conversation_changed, publish_reply_chunk
-from ..models import Checkpoint, Conversation, Message, ReplyChunk, Run
+from ..models import Checkpoint, Conversation, Message, Run
 from .attempts import (
     attempt_begin,
     attempt_end,
@@ -270,9 +271,11 @@ def step(
     if stopped.is_set():
         raise AttemptStopped(f"Run {run.pk} stopped before step {name}.")
     output = compute()
+    if apply is None:
+        checkpoint_store(run=run, name=name, output=output)  # one statement: its own commit
+        return output
     with transaction.atomic():
-        if apply is not None:
-            apply(output)
+        apply(output)
         checkpoint_store(run=run, name=name, output=output)
     return output
 
@@ -281,17 +284,12 @@ def fenced_insert(*, run: Run, table: str, values: dict) -> None:
     """INSERT a row of the attempt only while its run still owns the message (fencing), in one
     statement, so no reaping falls between the check and the insert; on PostgreSQL the run's
     row is share-locked, so a reaper ending the run at this moment is waited for."""
-    quote = connection.ops.quote_name
-    lock = " FOR SHARE" if connection.features.has_select_for_update else ""
-    columns = ", ".join(quote(column) for column in values)
-    placeholders = ", ".join(["%s"] * len(values))
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO {quote(table)} ({columns}) SELECT {placeholders} WHERE EXISTS ("
-            f"SELECT 1 FROM {quote(Run._meta.db_table)} WHERE id = %s AND state = %s{lock})",
-            [*values.values(), run.pk, Run.State.RUNNING],
-        )
-        stored = cursor.rowcount == 1
+    stored = sql.execute(
+        f"INSERT INTO {table} ({', '.join(values)}) SELECT {', '.join(['%s'] * len(values))} "
+        f"WHERE EXISTS (SELECT 1 FROM continuity_run WHERE id = %s AND state = %s"
+        f"{sql.for_share()})",
+        [*values.values(), run.pk, Run.State.RUNNING],
+    )
     if not stored:
         raise AttemptStopped(f"Run {run.pk} no longer owns message {run.message_id}.")
 
@@ -299,7 +297,7 @@ def fenced_insert(*, run: Run, table: str, values: dict) -> None:
 def checkpoint_store(*, run: Run, name: str, output: dict) -> None:
     fenced_insert(
         run=run,
-        table=Checkpoint._meta.db_table,
+        table="continuity_checkpoint",
         values={
             "message_id": run.message_id,
             "run_id": run.pk,
@@ -351,7 +349,7 @@ def chunk_store(*, run: Run, seq: int, text: str) -> None:
     transaction, if there is one)."""
     fenced_insert(
         run=run,
-        table=ReplyChunk._meta.db_table,
+        table="continuity_replychunk",
         values={
             "message_id": run.message_id,
             "run_id": run.pk,
