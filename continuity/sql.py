@@ -9,34 +9,95 @@ has them, the database clock and values converted through the helpers below.
 
 from __future__ import annotations
 
+import itertools
 import json
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TypeVar
 
 from django.db import connection
-from django.db.models import Model
+from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
+from django.db.models import NOT_PROVIDED, Model
+from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 M = TypeVar("M", bound=Model)
+# A statement and its values.
+Statement = tuple[str, Sequence]
+_batches = itertools.count(1)
 
 
-def rows(sql: str, params: list | tuple = ()) -> list[tuple]:
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return cursor.fetchall()
+def cursor() -> CursorWrapper:
+    """On PostgreSQL, a cursor that binds values on the server, so each statement here is
+    prepared once per connection (the settings' `prepare_threshold`) and then only executed:
+    no quoting in Python, no parsing and planning in the server. The ORM's cursors bind on the
+    client and are never prepared. Wrapped like Django's own cursors: database errors become
+    Django's, and execute wrappers (statement counts) see every statement."""
+    if connection.vendor != "postgresql":
+        return connection.cursor()
+    from django.db.backends.postgresql.base import ServerBindingCursor
+
+    connection.close_if_health_check_failed()
+    connection.ensure_connection()
+    connection.validate_thread_sharing()
+    with connection.wrap_database_errors:
+        bound = ServerBindingCursor(connection.connection)
+    if connection.queries_logged:
+        return LoggedCursor(bound, connection)
+    return connection.make_cursor(bound)
 
 
-def row(sql: str, params: list | tuple = ()) -> tuple | None:
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return cursor.fetchone()
+class LoggedCursor(CursorDebugWrapper):
+    """Logs each statement with its values, as the ORM's cursors do (Django cannot read a
+    server-bound statement's text back)."""
+
+    def execute(self, sql: str, params: Sequence = ()) -> None:
+        with self.debug_sql(self.db.ops.compose_sql(sql, params)):
+            return CursorWrapper.execute(self, sql, params)
 
 
-def execute(sql: str, params: list | tuple = ()) -> int:
+def rows(sql: str, params: Sequence = ()) -> list[tuple]:
+    with cursor() as found:
+        found.execute(sql, params)
+        return found.fetchall()
+
+
+def row(sql: str, params: Sequence = ()) -> tuple | None:
+    with cursor() as found:
+        found.execute(sql, params)
+        return found.fetchone()
+
+
+def execute(sql: str, params: Sequence = ()) -> int:
     """The number of rows the statement changed."""
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return cursor.rowcount
+    with cursor() as changed:
+        changed.execute(sql, params)
+        return changed.rowcount
+
+
+def batch(*statements: Statement) -> list[list[tuple]]:
+    """Run statements that need none of each other's results in one round trip (psycopg's
+    pipeline mode; one by one on SQLite), in order, and return the rows of each. Each returns
+    rows (a write says RETURNING), so a write that changed nothing returns none. The server
+    runs them one after the other as usual: each later one sees what the earlier ones did,
+    and a statement that waits for a lock holds back those behind it. The first that fails
+    raises, and the server skips the rest."""
+    if connection.vendor != "postgresql":
+        return [rows(*statement) for statement in statements]
+    cursors = [cursor() for _ in statements]
+    try:
+        with connection.wrap_database_errors, connection.connection.pipeline():
+            for each, (text, params) in zip(cursors, statements, strict=True):
+                each.execute(text, params)
+        found = [each.fetchall() for each in cursors]
+    finally:
+        for each in cursors:
+            each.close()
+    if connection.queries_logged:  # for counts of round trips (the bench)
+        number = next(_batches)
+        for entry in list(connection.queries_log)[-len(statements) :]:
+            entry["batch"] = number
+    return found
 
 
 def for_update() -> str:
@@ -60,11 +121,11 @@ def datetime_param(value: datetime) -> object:
 
 
 def datetime_value(value: datetime | str | None) -> datetime | None:
-    """A timestamp column as read back: SQLite returns text in UTC."""
+    """A timestamp column as read back: SQLite holds UTC without a time zone."""
     if isinstance(value, str):
         value = parse_datetime(value)
-        if value is not None and value.tzinfo is None:
-            value = value.replace(tzinfo=UTC)
+    if value is not None and value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
     return value
 
 
@@ -79,3 +140,50 @@ def instance(model: type[M], **values: object) -> M:
     fields not given are deferred and load on access, never left at their defaults."""
     given = [field.attname for field in model._meta.concrete_fields if field.attname in values]
     return model.from_db(connection.alias, given, [values[name] for name in given])
+
+
+def insert_statement(
+    model: type[M], *, where: Statement | None = None, **values: object
+) -> tuple[Statement, dict]:
+    """The INSERT of one row as `objects.create(**values)` would write it (the fields'
+    defaults, auto_now, each value prepared by its field), returning its id, and the values it
+    writes. Values by attname; a field with a database default is left to the database.
+    `where`: a condition the row is stored under; when it fails, nothing is stored or returned."""
+    now = timezone.now()
+    columns, params, written = [], [], {}
+    for field in model._meta.concrete_fields:
+        name = field.attname
+        if name in values:
+            value = values[name]
+        elif field.primary_key or field.db_default is not NOT_PROVIDED:
+            continue
+        elif getattr(field, "auto_now", False) or getattr(field, "auto_now_add", False):
+            value = now
+        else:
+            value = field.get_default()
+        columns.append(connection.ops.quote_name(field.column))
+        params.append(field.get_db_prep_save(value, connection))
+        written[name] = value
+    placeholders = ", ".join(["%s"] * len(columns))
+    source = f"VALUES ({placeholders})"
+    if where is not None:
+        source = f"SELECT {placeholders} WHERE {where[0]}"
+        params += list(where[1])
+    text = (
+        f"INSERT INTO {model._meta.db_table} ({', '.join(columns)}) {source} "
+        f"RETURNING {model._meta.pk.column}"
+    )
+    return (text, params), written
+
+
+def inserted(model: type[M], found: list[tuple], written: dict) -> M | None:
+    """The row an `insert_statement` stored, from what it returned; None if it stored none."""
+    if not found:
+        return None
+    return instance(model, **{model._meta.pk.attname: found[0][0]}, **written)
+
+
+def insert(model: type[M], **values: object) -> M:
+    """INSERT one row as `objects.create(**values)` would, without building a query."""
+    statement, written = insert_statement(model, **values)
+    return inserted(model, rows(*statement), written)

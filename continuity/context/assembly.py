@@ -10,7 +10,6 @@ and summaries never overwritten), so its size does not grow with the conversatio
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
 from django.conf import settings
@@ -27,7 +26,7 @@ from ..models import (
     Summary,
     handoff_markdown,
 )
-from .handoffs import handoff_latest, handoff_note
+from .handoffs import handoff_latest_statement, handoff_note, handoff_of
 from .tokens import tokens_estimate
 
 
@@ -46,19 +45,34 @@ class ContextRefs:
         return [pk for pair in self.pairs for pk in pair]
 
 
+# The newest summary of the shown branch: one that covers turns now on a hidden branch (the
+# conversation was edited before its end) would put them back into the prompt.
+LATEST_SUMMARY = (
+    "SELECT s.id, s.version, s.covers_through_id, s.text FROM continuity_summary AS s "
+    "JOIN continuity_message AS m ON m.id = s.covers_through_id "
+    "WHERE s.conversation_id = %s AND m.hidden_with_id IS NULL "
+    "ORDER BY s.version DESC LIMIT 1"
+)
+# The answered questions of the shown branch after the newest summary and before a message.
+TURNS = (
+    "q.conversation_id = %s AND q.role = %s AND q.state = %s AND q.hidden_with_id IS NULL "
+    f"AND q.id > COALESCE((SELECT covers_through_id FROM ({LATEST_SUMMARY}) AS s), 0) "
+    "AND q.id < %s"
+)
+
+
+def turns_params(*, conversation_id: int, before_id: int) -> list:
+    return [conversation_id, Message.Role.USER, Message.State.DONE, conversation_id, before_id]
+
+
 def summary_latest(*, conversation_id: int) -> Summary | None:
-    """The newest summary of the shown branch: one that covers turns now on a hidden branch
-    (the conversation was edited before its end) would put them back into the prompt."""
-    found = sql.row(
-        "SELECT s.id, s.version, s.covers_through_id, s.text FROM continuity_summary AS s "
-        "JOIN continuity_message AS m ON m.id = s.covers_through_id "
-        "WHERE s.conversation_id = %s AND m.hidden_with_id IS NULL "
-        "ORDER BY s.version DESC LIMIT 1",
-        [conversation_id],
-    )
-    if found is None:
+    return summary_of(sql.rows(LATEST_SUMMARY, [conversation_id]), conversation_id=conversation_id)
+
+
+def summary_of(found: list[tuple], *, conversation_id: int) -> Summary | None:
+    if not found:
         return None
-    pk, version, covers_through_id, text = found
+    ((pk, version, covers_through_id, text),) = found
     return sql.instance(
         Summary,
         id=pk,
@@ -69,40 +83,41 @@ def summary_latest(*, conversation_id: int) -> Summary | None:
     )
 
 
-def turn_rows(*, conversation_id: int, after_id: int, before_id: int) -> list[list[tuple]]:
-    """Answered turns between two message ids, as (id, role, text) rows: each user message with
-    its reply (a reply that staff deleted leaves its question alone, not the context broken)."""
-    found = sql.rows(
+def turns_statement(*, conversation_id: int, before_id: int) -> sql.Statement:
+    """Each question with its reply, as (id, role, text) rows (a reply that staff deleted
+    leaves its question alone, not the context broken)."""
+    return (
         "SELECT q.id, q.role, q.text, a.id, a.role, a.text FROM continuity_message AS q "
-        "LEFT JOIN continuity_message AS a ON a.reply_to_id = q.id "
-        "WHERE q.conversation_id = %s AND q.role = %s AND q.state = %s "
-        "AND q.hidden_with_id IS NULL AND q.id > %s AND q.id < %s ORDER BY q.id",
-        [conversation_id, Message.Role.USER, Message.State.DONE, after_id, before_id],
+        f"LEFT JOIN continuity_message AS a ON a.reply_to_id = q.id WHERE {TURNS} ORDER BY q.id",
+        turns_params(conversation_id=conversation_id, before_id=before_id),
     )
+
+
+def turn_pairs(found: list[tuple]) -> list[list[tuple]]:
     return [[row[:3], row[3:]] if row[3] is not None else [row[:3]] for row in found]
 
 
-def plan_checkpoint(*, message_id: int) -> tuple[int, dict] | None:
-    """The plan step's checkpoint of a message, as (id, output)."""
-    found = sql.row(
-        "SELECT id, output FROM continuity_checkpoint WHERE message_id = %s AND step = %s",
-        [message_id, "plan"],
+def last_plan_statement(*, conversation_id: int, before_id: int) -> sql.Statement:
+    """The plan step's checkpoint of the last of those turns: the task state it left."""
+    return (
+        "SELECT id, output FROM continuity_checkpoint WHERE step = %s AND message_id = "
+        f"(SELECT MAX(q.id) FROM continuity_message AS q WHERE {TURNS})",
+        ["plan", *turns_params(conversation_id=conversation_id, before_id=before_id)],
     )
-    return None if found is None else (found[0], sql.json_value(found[1]))
 
 
-def facts_current(*, owner_id: int) -> list[tuple[int, str, str]]:
+def facts_statement(*, owner_id: int) -> sql.Statement:
     """The owner's current facts (as `MemoryFact.objects.current()`), as (id, key, value)."""
-    return sql.rows(
+    return (
         "SELECT id, key, value FROM continuity_memoryfact "
         "WHERE owner_id = %s AND superseded_at IS NULL ORDER BY key",
         [owner_id],
     )
 
 
-def pending_after(*, conversation_id: int, message_id: int) -> list[tuple[int, str, str]]:
+def pending_statement(*, conversation_id: int, message_id: int) -> sql.Statement:
     """Messages that wait behind this one, as (id, role, text), at most a history's worth."""
-    return sql.rows(
+    return (
         "SELECT id, role, text FROM continuity_message WHERE conversation_id = %s "
         "AND role = %s AND state IN (%s, %s) AND id > %s ORDER BY id LIMIT %s",
         [conversation_id, Message.Role.USER, *Message.PENDING_STATES, message_id]
@@ -119,16 +134,18 @@ def context_assembled(*, message: Message, attempt: int) -> tuple[ContextRefs, C
     it, from one pass over the rows: every turn the newest summary does not cover (compaction
     keeps that list short), never the whole history."""
     conversation = message.conversation
-    summary = summary_latest(conversation_id=conversation.pk)
-    pairs = turn_rows(
-        conversation_id=conversation.pk,
-        after_id=summary.covers_through_id if summary else 0,
-        before_id=message.pk,
+    summaries, turns, plans, handoffs, facts, pending = sql.batch(
+        (LATEST_SUMMARY, [conversation.pk]),
+        turns_statement(conversation_id=conversation.pk, before_id=message.pk),
+        last_plan_statement(conversation_id=conversation.pk, before_id=message.pk),
+        handoff_latest_statement(conversation_id=conversation.pk),
+        facts_statement(owner_id=conversation.owner_id),
+        pending_statement(conversation_id=conversation.pk, message_id=message.pk),
     )
-    handoff = handoff_latest(conversation_id=conversation.pk)
-    checkpoint = plan_checkpoint(message_id=pairs[-1][0][0]) if pairs else None
-    facts = facts_current(owner_id=conversation.owner_id)
-    pending = pending_after(conversation_id=conversation.pk, message_id=message.pk)
+    summary = summary_of(summaries, conversation_id=conversation.pk)
+    pairs = turn_pairs(turns)
+    checkpoint = (plans[0][0], sql.json_value(plans[0][1])) if plans else None
+    handoff = handoff_of(handoffs)
     refs = ContextRefs(
         identity=settings.CONTINUITY_IDENTITY,
         facts=[pk for pk, _, _ in facts],
@@ -193,24 +210,18 @@ def context_load(*, refs: ContextRefs, message: Message, attempt: int) -> Contex
 
 def run_context_store(*, run: Run, refs: ContextRefs, tokens: int) -> RunContext:
     """Inside the caller's fenced transaction (it holds the run's lock)."""
-    fields = {
-        "run_id": run.pk,
-        "identity": refs.identity,
-        "facts": refs.facts,
-        "handoff_id": refs.handoff_id,
-        "checkpoint_id": refs.checkpoint_id,
-        "summary_id": refs.summary_id,
-        "turns": refs.turns,
-        "pending": refs.pending,
-        "estimated_tokens": tokens,
-    }
-    params = [json.dumps(value) if isinstance(value, list) else value for value in fields.values()]
-    (pk,) = sql.row(
-        f"INSERT INTO continuity_runcontext ({', '.join(fields)}) "
-        f"VALUES ({', '.join(['%s'] * len(fields))}) RETURNING id",
-        params,
+    return sql.insert(
+        RunContext,
+        run_id=run.pk,
+        identity=refs.identity,
+        facts=refs.facts,
+        handoff_id=refs.handoff_id,
+        checkpoint_id=refs.checkpoint_id,
+        summary_id=refs.summary_id,
+        turns=refs.turns,
+        pending=refs.pending,
+        estimated_tokens=tokens,
     )
-    return sql.instance(RunContext, id=pk, **fields)
 
 
 def run_context_load(run_context: RunContext) -> Context:

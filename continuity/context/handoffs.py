@@ -31,7 +31,11 @@ HANDOFF_COLUMNS = (
 def handoff_latest(*, conversation_id: int) -> Handoff | None:
     """The newest handoff of the shown branch: one written at the end of a turn that is now on
     a hidden branch (the conversation was edited before it) describes a state left behind."""
-    found = sql.row(
+    return handoff_of(sql.rows(*handoff_latest_statement(conversation_id=conversation_id)))
+
+
+def handoff_latest_statement(*, conversation_id: int) -> sql.Statement:
+    return (
         f"SELECT {', '.join('h.' + column for column in HANDOFF_COLUMNS)} "
         "FROM continuity_handoff AS h LEFT JOIN continuity_run AS r ON r.id = h.run_id "
         "LEFT JOIN continuity_message AS m ON m.id = r.message_id "
@@ -39,9 +43,12 @@ def handoff_latest(*, conversation_id: int) -> Handoff | None:
         "ORDER BY h.version DESC LIMIT 1",
         [conversation_id],
     )
-    if found is None:
+
+
+def handoff_of(found: list[tuple]) -> Handoff | None:
+    if not found:
         return None
-    values = dict(zip(HANDOFF_COLUMNS, found, strict=True))
+    values = dict(zip(HANDOFF_COLUMNS, found[0], strict=True))
     values["created_at"] = sql.datetime_value(values["created_at"])
     return sql.instance(Handoff, **values)
 

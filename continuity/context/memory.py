@@ -77,3 +77,11 @@ def fact_replace(*, current: MemoryFact, value: str, source_message: Message | N
     return MemoryFact.objects.create(
         owner_id=current.owner_id, key=current.key, value=value, source_message=source_message
     )
+
+
+def memory_remember_all(*, owner_id: int, message_id: int, facts: dict[str, str]) -> None:
+    """The facts one message stated. Rows are locked in key order, whatever order the brain
+    gave: no two attempts deadlock."""
+    source = Message(pk=message_id)  # only its id is stored, as the fact's source
+    for key, value in sorted(facts.items()):
+        memory_remember(owner_id=owner_id, key=key, value=value, source_message=source)

@@ -10,28 +10,30 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import timedelta
+from typing import TypeVar
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import DateTimeField, ExpressionWrapper
+from django.db.models import DateTimeField, ExpressionWrapper, Model
 from django.db.models.functions import Now
-from django.utils import timezone
 
 from .. import sql
 from ..context.handoffs import handoff_after_interruption, handoff_after_turn
+from ..context.memory import memory_remember_all
 from ..errors import DATABASE_LOST, AttemptStopped, InvalidTransition
 from ..live.events import publish_message_changed
-from ..models import Conversation, CrashRecord, Handoff, Message, Run
+from ..models import Checkpoint, Conversation, CrashRecord, Handoff, Message, Run
 from ..ops.faults import fault_point
 from .conversations import conversation_pause
 from .dead_letters import dead_letter_create
 from .heartbeats import stale_before, stale_run_ids
-from .inbox import conversation_enqueue, message_bump
+from .inbox import conversation_enqueue, message_bump, message_bump_statement
 from .workers import current_incarnation
 
 logger = logging.getLogger(__name__)
+M = TypeVar("M", bound=Model)
 CRASH_ERROR = "Heartbeat stopped: the worker process died or hung."
 
 
@@ -55,18 +57,24 @@ def crash_window_start() -> ExpressionWrapper:
 
 def conversation_lock(conversation_id: int) -> Conversation | None:
     """Every transaction that changes an attempt locks its conversation first, then the run,
-    then messages: one order everywhere, so no two of them can deadlock.
+    then messages: one order everywhere, so no two of them can deadlock."""
+    return conversation_locked(sql.rows(*conversation_lock_statement(conversation_id)))
 
-    The row comes back with what an attempt reads (the other fields load on access) and
-    `backing_off`, judged on the database's clock."""
-    found = sql.row(
+
+def conversation_lock_statement(conversation_id: int) -> sql.Statement:
+    return (
         f"SELECT id, owner_id, state, brain, retry_at IS NOT NULL AND retry_at > {sql.db_now()} "
         f"FROM continuity_conversation WHERE id = %s{sql.for_update()}",
         [conversation_id],
     )
-    if found is None:
+
+
+def conversation_locked(found: list[tuple]) -> Conversation | None:
+    """The locked row, with what an attempt reads (the other fields load on access) and
+    `backing_off`, judged on the database's clock."""
+    if not found:
         return None
-    pk, owner_id, state, brain, backing_off = found
+    ((pk, owner_id, state, brain, backing_off),) = found
     conversation = sql.instance(Conversation, id=pk, owner_id=owner_id, state=state, brain=brain)
     conversation.backing_off = bool(backing_off)
     return conversation
@@ -91,10 +99,13 @@ def attempt_begin(
     `on_begin` runs in the same transaction, with the lease held: what it stores commits with
     the attempt counter (one commit fewer per message)."""
     with transaction.atomic():
-        conversation = conversation_lock(conversation_id)
+        locked, next_up = sql.batch(
+            conversation_lock_statement(conversation_id), lease_and_next_statement(conversation_id)
+        )
+        conversation = conversation_locked(locked)
         if conversation is None or conversation.state != Conversation.State.ACTIVE:
             return None
-        leased, message = lease_and_next(conversation_id)
+        leased, message = lease_and_next(next_up, conversation_id=conversation_id)
         if leased or conversation.backing_off:
             message = None
         if message is not None:
@@ -121,11 +132,11 @@ def attempt_begin(
     return None
 
 
-def lease_and_next(conversation_id: int) -> tuple[bool, Message | None]:
-    """With the conversation locked: whether a live attempt holds its lease, and its oldest
-    pending message. Its own statement, after the lock: a subquery of the locking statement
-    would read a snapshot taken before the wait for the lock, missing a lease taken meanwhile."""
-    leased, pk, text, attempts, interruptions = sql.row(
+def lease_and_next_statement(conversation_id: int) -> sql.Statement:
+    """Whether a live attempt holds the conversation's lease, and its oldest pending message.
+    A statement of its own, run after the lock's: a subquery of the locking statement would
+    read a snapshot taken before the wait for the lock, missing a lease taken meanwhile."""
+    return (
         "SELECT EXISTS (SELECT 1 FROM continuity_run WHERE conversation_id = %s AND state = %s), "
         "m.id, m.text, m.attempts, m.interruptions "
         "FROM (SELECT 1) AS one LEFT JOIN continuity_message AS m ON m.id = ("
@@ -134,6 +145,10 @@ def lease_and_next(conversation_id: int) -> tuple[bool, Message | None]:
         [conversation_id, Run.State.RUNNING, conversation_id, Message.Role.USER]
         + list(Message.PENDING_STATES),
     )
+
+
+def lease_and_next(found: list[tuple], *, conversation_id: int) -> tuple[bool, Message | None]:
+    ((leased, pk, text, attempts, interruptions),) = found
     if pk is None:
         return bool(leased), None
     message = sql.instance(
@@ -151,55 +166,112 @@ def lease_and_next(conversation_id: int) -> tuple[bool, Message | None]:
 def attempt_open(*, conversation: Conversation, message: Message, node: str) -> Run:
     """With the conversation locked: count the attempt on the message and take the lease."""
     attempt = message.attempts + 1
+    run_insert, written = sql.insert_statement(
+        Run,
+        conversation_id=conversation.pk,
+        message_id=message.pk,
+        attempt=attempt,
+        node=node,
+        incarnation=current_incarnation(),
+        worker=worker_identity(),
+    )
     # Committed before any work, so an attempt that dies still counts (poison detection).
-    message_bump(message_id=message.pk, attempts=attempt, state=Message.State.PROCESSING)
+    counted = message_bump_statement(
+        message_id=message.pk, attempts=attempt, state=Message.State.PROCESSING
+    )
+    _, opened = sql.batch(counted, run_insert)
     message.attempts, message.state = attempt, Message.State.PROCESSING
     message.conversation = conversation
-    fields = {
-        "conversation_id": conversation.pk,
-        "message_id": message.pk,
-        "attempt": attempt,
-        "state": Run.State.RUNNING,
-        "node": node,
-        "incarnation": current_incarnation(),
-        "worker": worker_identity(),
-        "error": "",
-        "traceback": "",
-    }
-    (pk,) = sql.row(
-        f"INSERT INTO continuity_run ({', '.join(fields)}) "
-        f"VALUES ({', '.join(['%s'] * len(fields))}) RETURNING id",
-        list(fields.values()),
-    )
-    run = sql.instance(Run, id=pk, **fields)
+    run = sql.inserted(Run, opened, written)
     run.conversation, run.message = conversation, message
     return run
 
 
-def reply_store(
-    *, run: Run, text: str, run_state: str, error: str = "", stopped: bool = False
-) -> Message:
-    """Inside the caller's transaction, with the conversation and the run locked: store `text`
-    as the reply, end the run in `run_state`, mark the message done and let the conversation's
-    next queued message go on. The run's update is the fence: an attempt that no longer owns
-    the message stores nothing."""
-    now = sql.db_now()
-    ended = sql.execute(
-        f"UPDATE continuity_run SET state = %s, ended_at = {now}, error = %s "
-        "WHERE id = %s AND state = %s",
-        [run_state, error, run.pk, Run.State.RUNNING],
+def run_owns(run: Run, *, lock: str = "") -> sql.Statement:
+    """The condition that the attempt's run still owns its message (the fence)."""
+    return (
+        f"EXISTS (SELECT 1 FROM continuity_run WHERE id = %s AND state = %s{lock})",
+        [run.pk, Run.State.RUNNING],
     )
-    if not ended:
+
+
+def fenced_insert(model: type[M], *, run: Run, **values: object) -> sql.Statement:
+    """The INSERT of a row of the attempt, stored only while its run still owns the message, in
+    one statement, so no reaping falls between the check and the insert; on PostgreSQL the
+    run's row is share-locked, so a reaper ending the run at this moment is waited for. It
+    returns nothing when fenced off: see `fence_held`."""
+    statement, _ = sql.insert_statement(
+        model,
+        where=run_owns(run, lock=sql.for_share()),
+        message_id=run.message_id,
+        run_id=run.pk,
+        **values,
+    )
+    return statement
+
+
+def fence_held(run: Run, *found: list[tuple]) -> None:
+    """Each of these writes of the attempt stored its row, or the attempt was fenced off."""
+    if not all(found):
         raise AttemptStopped(f"Run {run.pk} no longer owns message {run.message_id}.")
-    reply = reply_insert(run=run, text=text, stopped=stopped)
-    message_bump(message_id=run.message_id, state=Message.State.DONE)
-    (more_pending,) = sql.row(
-        f"UPDATE continuity_conversation SET retry_at = NULL, updated_at = {now} WHERE id = %s "
-        "RETURNING EXISTS (SELECT 1 FROM continuity_message WHERE conversation_id = %s "
-        "AND role = %s AND state IN (%s, %s) AND id <> %s)",
-        [run.conversation_id, run.conversation_id, Message.Role.USER]
-        + [*Message.PENDING_STATES, run.message_id],
+
+
+def checkpoint_insert(*, run: Run, name: str, output: dict) -> sql.Statement:
+    return fenced_insert(Checkpoint, run=run, step=name, output=output)
+
+
+def reply_store(
+    *,
+    run: Run,
+    text: str,
+    run_state: str,
+    error: str = "",
+    stopped: bool = False,
+    first: Sequence[sql.Statement] = (),
+) -> Message:
+    """Inside the caller's transaction, in one round trip: lock the conversation (clearing
+    its backoff), run `first` (fenced writes of the attempt), end the run in `run_state`,
+    store `text` as the reply, mark the message done and let the conversation's next queued
+    message go on. Ending the run is the fence: an attempt that no longer owns the message
+    stores nothing (the reply is stored only once the run has ended in `run_state`, and the
+    caller's transaction rolls back the rest)."""
+    now = sql.db_now()
+    reply_insert, written = sql.insert_statement(
+        Message,
+        where=(
+            "EXISTS (SELECT 1 FROM continuity_run WHERE id = %s AND state = %s) AND NOT EXISTS "
+            "(SELECT 1 FROM continuity_message WHERE reply_to_id = %s)",
+            [run.pk, run_state, run.message_id],
+        ),
+        conversation_id=run.conversation_id,
+        role=Message.Role.ASSISTANT,
+        text=text,
+        state=Message.State.DONE,
+        reply_to_id=run.message_id,
+        stopped=stopped,
     )
+    _, *firsts, ended, stored, ((more_pending,),) = sql.batch(
+        (
+            f"UPDATE continuity_conversation SET retry_at = NULL, updated_at = {now} "
+            "WHERE id = %s RETURNING id",
+            [run.conversation_id],
+        ),
+        *first,
+        (
+            f"UPDATE continuity_run SET state = %s, ended_at = {now}, error = %s "
+            "WHERE id = %s AND state = %s RETURNING id",
+            [run_state, error, run.pk, Run.State.RUNNING],
+        ),
+        reply_insert,
+        (
+            "UPDATE continuity_message SET version = version + 1, state = %s WHERE id = %s "
+            "RETURNING EXISTS (SELECT 1 FROM continuity_message WHERE conversation_id = %s "
+            "AND role = %s AND state IN (%s, %s) AND id <> %s)",
+            [Message.State.DONE, run.message_id, run.conversation_id, Message.Role.USER]
+            + [*Message.PENDING_STATES, run.message_id],
+        ),
+    )
+    fence_held(run, *firsts, ended)
     if more_pending:
         conversation_enqueue(conversation_id=run.conversation_id)
     transaction.on_commit(
@@ -207,34 +279,7 @@ def reply_store(
             conversation_id=run.conversation_id, message_id=run.message_id
         )
     )
-    return reply
-
-
-def reply_insert(*, run: Run, text: str, stopped: bool) -> Message:
-    now = timezone.now()
-    fields = {
-        "conversation_id": run.conversation_id,
-        "role": Message.Role.ASSISTANT,
-        "text": text,
-        "client_id": None,
-        "state": Message.State.DONE,
-        "attempts": 0,
-        "interruptions": 0,
-        "version": 1,
-        "reply_to_id": run.message_id,
-        "stopped": stopped,
-        "reasked_from_id": None,
-        "version_of_id": None,
-        "hidden_with_id": None,
-        "created_at": sql.datetime_param(now),
-        "updated_at": sql.datetime_param(now),
-    }
-    (pk,) = sql.row(
-        f"INSERT INTO continuity_message ({', '.join(fields)}) "
-        f"VALUES ({', '.join(['%s'] * len(fields))}) RETURNING id",
-        list(fields.values()),
-    )
-    return sql.instance(Message, id=pk, **{**fields, "created_at": now, "updated_at": now})
+    return sql.inserted(Message, stored, written)
 
 
 def run_lock_owned(run: Run) -> None:
@@ -252,16 +297,21 @@ def attempt_finish(
     run: Run,
     reply_text: str,
     task_state: dict | None = None,
-    last_step: Callable[[], None] | None = None,
+    remembered: dict[str, str] | None = None,
 ) -> Message:
     """Store the reply, mark the message done and the run completed, in one transaction, with
     the end-of-turn handoff: written once, even when an earlier attempt got this far.
-    `last_step` stores the last step's checkpoint in that transaction (no step follows it)."""
+    `remembered`: the facts of the last step, stored with its checkpoint in that transaction
+    (no step follows it); None when an earlier attempt stored them."""
+    first = []
+    if remembered is not None:
+        first.append(checkpoint_insert(run=run, name="remember", output={"facts": remembered}))
     with transaction.atomic():
-        conversation_lock(run.conversation_id)
-        if last_step is not None:
-            last_step()  # fenced: stores nothing unless the run still owns the message
-        reply = reply_store(run=run, text=reply_text, run_state=Run.State.COMPLETED)
+        reply = reply_store(run=run, text=reply_text, run_state=Run.State.COMPLETED, first=first)
+        if remembered:
+            memory_remember_all(
+                owner_id=run.conversation.owner_id, message_id=run.message_id, facts=remembered
+            )
         handoff_after_turn(run=run, task_state=task_state)
     fault_point("after_reply_committed")
     return reply

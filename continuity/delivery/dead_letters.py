@@ -111,7 +111,7 @@ def dead_letter_retry(
     edited = text is not None and text.split() != original.text.split()
     new_text = message_clean_text(text) if edited else original.text
     reask = message_queue(
-        conversation_id=original.conversation_id, text=new_text, reasked_from=original
+        conversation_id=original.conversation_id, text=new_text, reasked_from_id=original.pk
     )
     DeadLetter.objects.filter(pk=dead_letter.pk).update(
         status=DeadLetter.Status.RETRIED,

@@ -8,8 +8,6 @@ import uuid
 import redis
 from django.conf import settings
 from django.db import DatabaseError, IntegrityError, InterfaceError, transaction
-from django.db.models.functions import Now
-from django.utils import timezone
 from kombu.exceptions import OperationalError
 
 from continuity.celery import app as celery_app
@@ -127,7 +125,10 @@ def drain_sent_at(*, conversation_id: int) -> None:
     drain already waits, or a stuck marker would look fresh for as long as messages keep
     arriving. Best effort: the drain is on its way, and a stale time costs a spare re-send."""
     try:
-        Conversation.objects.filter(pk=conversation_id).update(enqueued_at=Now())
+        sql.execute(
+            f"UPDATE continuity_conversation SET enqueued_at = {sql.db_now()} WHERE id = %s",
+            [conversation_id],
+        )
     except (DatabaseError, InterfaceError):
         logger.warning("Send time of conversation %s not recorded", conversation_id)
 
@@ -182,11 +183,12 @@ def message_queue(*, conversation_id: int, text: str, **fields) -> Message:
     """Append a user message to the end of the conversation's queue and enqueue its drain."""
     # Locking the conversation makes message ids follow commit order, which is the order in
     # which the conversation is answered.
-    Conversation.objects.select_for_update().filter(pk=conversation_id).update(
-        updated_at=timezone.now()
+    sql.execute(
+        f"UPDATE continuity_conversation SET updated_at = {sql.db_now()} WHERE id = %s",
+        [conversation_id],
     )
-    message = Message.objects.create(
-        conversation_id=conversation_id, role=Message.Role.USER, text=text, **fields
+    message = sql.insert(
+        Message, conversation_id=conversation_id, role=Message.Role.USER, text=text, **fields
     )
     conversation_enqueue(conversation_id=conversation_id)
     transaction.on_commit(
@@ -231,8 +233,13 @@ def conversation_start(*, owner, text: str, client_id: uuid.UUID, brain: str = "
 def message_bump(*, message_id: int, **changes) -> int:
     """Apply changes to a message and bump its version, so browsers re-render it. `changes`:
     values by column name."""
+    return len(sql.rows(*message_bump_statement(message_id=message_id, **changes)))
+
+
+def message_bump_statement(*, message_id: int, **changes) -> sql.Statement:
     assignments = "".join(f", {column} = %s" for column in changes)
-    return sql.execute(
-        f"UPDATE continuity_message SET version = version + 1{assignments} WHERE id = %s",
+    return (
+        f"UPDATE continuity_message SET version = version + 1{assignments} WHERE id = %s "
+        "RETURNING id",
         [*changes.values(), message_id],
     )

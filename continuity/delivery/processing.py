@@ -6,7 +6,6 @@ steps. Each attempt first assembles its context (stored by reference as its `Run
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 import traceback
@@ -17,9 +16,7 @@ from threading import Event
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.core.serializers.json import DjangoJSONEncoder
 from django.db import InterfaceError, OperationalError, connection, transaction
-from django.utils import timezone
 
 from .. import sql
 from ..brains import Brain, Context, brain_load
@@ -30,16 +27,18 @@ from ..context.assembly import (
     run_context_store,
 )
 from ..context.compaction import compaction_candidates, compaction_store, turns_of
-from ..context.memory import memory_remember
 from ..context.recoveries import recovery_note, recovery_record
 from ..errors import DATABASE_LOST, AttemptStopped, PermanentError
 from ..live.events import publish_conversation_changed, publish_reply_chunk
-from ..models import Checkpoint, Conversation, Message, Run
+from ..models import Checkpoint, Conversation, Message, ReplyChunk, Run
 from .attempts import (
     attempt_begin,
     attempt_end,
     attempt_finish,
+    checkpoint_insert,
     conversation_lock,
+    fence_held,
+    fenced_insert,
     run_lock_owned,
 )
 from .heartbeats import RunHeartbeat
@@ -89,11 +88,11 @@ def attempt_execute(
     answered = False
     with RunHeartbeat(run.pk) as heartbeat:
         try:
-            context, reply_text, task_state, last_step = steps_run(
+            context, reply_text, task_state, remembered = steps_run(
                 run=run, brain=brain, stopped=heartbeat.stopped, stored=stored, context=context
             )
             attempt_finish(
-                run=run, reply_text=reply_text, task_state=task_state, last_step=last_step
+                run=run, reply_text=reply_text, task_state=task_state, remembered=remembered
             )
             answered = True
         except AttemptStopped as stop:
@@ -175,9 +174,10 @@ def steps_run(
     stopped: Event,
     stored: dict[str, dict],
     context: Context | None = None,
-) -> tuple[Context, str, dict | None, Callable[[], None] | None]:
+) -> tuple[Context, str, dict | None, dict[str, str] | None]:
     """The context the attempt assembled, the reply, the task state the brain reports for the
-    end-of-turn handoff, and the storing of the last step, which commits with the reply."""
+    end-of-turn handoff, and the facts of the last step (remember), which commit with the reply
+    (None when an earlier attempt stored them)."""
     if context is None:
         message = Message.objects.select_related("conversation").get(pk=run.message_id)
         if stopped.is_set():
@@ -193,17 +193,12 @@ def steps_run(
         lambda: {"reply": streamed.collect(brain.respond(context, plan))},
         apply=streamed.store_rest,
     )["reply"]
-    last_step = None
+    remembered = None
     if "remember" not in stored:
         if stopped.is_set():
             raise AttemptStopped(f"Run {run.pk} stopped before step remember.")
-        facts = brain.remember(context, plan, reply)
-
-        def last_step() -> None:
-            memory_store(owner_id=context.owner_id, message_id=run.message_id, facts=facts)
-            checkpoint_store(run=run, name="remember", output={"facts": facts})
-
-    return context, reply, brain.task_state(context, plan, reply), last_step
+        remembered = brain.remember(context, plan, reply)
+    return context, reply, brain.task_state(context, plan, reply), remembered
 
 
 def context_prepare(*, run: Run, message: Message) -> Context | None:
@@ -262,50 +257,23 @@ def step(
     stored: dict[str, dict],
     compute: Callable[[], dict],
     *,
-    apply: Callable[[dict], None] | None = None,
+    apply: Callable[[dict], list[sql.Statement]] | None = None,
 ) -> dict:
-    """The stored output of this step for the message, or compute it and checkpoint it (together
-    with what `apply` stores) before returning."""
+    """The stored output of this step for the message, or compute it and checkpoint it (with
+    the fenced writes `apply` returns, in one transaction and one round trip) before
+    returning."""
     if name in stored:
         return stored[name]
     if stopped.is_set():
         raise AttemptStopped(f"Run {run.pk} stopped before step {name}.")
     output = compute()
+    checkpoint = checkpoint_insert(run=run, name=name, output=output)
     if apply is None:
-        checkpoint_store(run=run, name=name, output=output)  # one statement: its own commit
+        fence_held(run, sql.rows(*checkpoint))  # one statement: its own transaction
         return output
     with transaction.atomic():
-        apply(output)
-        checkpoint_store(run=run, name=name, output=output)
+        fence_held(run, *sql.batch(*apply(output), checkpoint))
     return output
-
-
-def fenced_insert(*, run: Run, table: str, values: dict) -> None:
-    """INSERT a row of the attempt only while its run still owns the message (fencing), in one
-    statement, so no reaping falls between the check and the insert; on PostgreSQL the run's
-    row is share-locked, so a reaper ending the run at this moment is waited for."""
-    stored = sql.execute(
-        f"INSERT INTO {table} ({', '.join(values)}) SELECT {', '.join(['%s'] * len(values))} "
-        f"WHERE EXISTS (SELECT 1 FROM continuity_run WHERE id = %s AND state = %s"
-        f"{sql.for_share()})",
-        [*values.values(), run.pk, Run.State.RUNNING],
-    )
-    if not stored:
-        raise AttemptStopped(f"Run {run.pk} no longer owns message {run.message_id}.")
-
-
-def checkpoint_store(*, run: Run, name: str, output: dict) -> None:
-    fenced_insert(
-        run=run,
-        table="continuity_checkpoint",
-        values={
-            "message_id": run.message_id,
-            "run_id": run.pk,
-            "step": name,
-            "output": json.dumps(output, cls=DjangoJSONEncoder),
-            "created_at": timezone.now(),
-        },
-    )
 
 
 class ReplyStream:
@@ -329,35 +297,34 @@ class ReplyStream:
             parts.append(token)
             unsent.append(token)
             if time.monotonic() - flushed_at >= settings.CONTINUITY_STREAM_FLUSH_SECONDS:
-                self.chunk_store("".join(unsent))
+                self.seq += 1
+                chunk_store(run=self.run, seq=self.seq, text="".join(unsent))
                 unsent.clear()
                 flushed_at = time.monotonic()
         self.rest = "".join(unsent)
         return "".join(parts)
 
-    def store_rest(self, output: dict) -> None:
-        if self.rest:
-            self.chunk_store(self.rest)
-
-    def chunk_store(self, text: str) -> None:
+    def store_rest(self, output: dict) -> list[sql.Statement]:
+        """Inside the step's transaction, which publishes the chunk once it commits."""
+        if not self.rest:
+            return []
         self.seq += 1
-        chunk_store(run=self.run, seq=self.seq, text=text)
+        chunk_publish(run=self.run, seq=self.seq, text=self.rest)
+        return [chunk_insert(run=self.run, seq=self.seq, text=self.rest)]
 
 
 def chunk_store(*, run: Run, seq: int, text: str) -> None:
-    """Store one chunk, fenced, and publish it once stored (after the commit of the caller's
-    transaction, if there is one)."""
-    fenced_insert(
-        run=run,
-        table="continuity_replychunk",
-        values={
-            "message_id": run.message_id,
-            "run_id": run.pk,
-            "seq": seq,
-            "text": text,
-            "created_at": timezone.now(),
-        },
-    )
+    """Store one chunk, fenced, and publish it once stored."""
+    fence_held(run, sql.rows(*chunk_insert(run=run, seq=seq, text=text)))
+    chunk_publish(run=run, seq=seq, text=text)
+
+
+def chunk_insert(*, run: Run, seq: int, text: str) -> sql.Statement:
+    return fenced_insert(ReplyChunk, run=run, seq=seq, text=text)
+
+
+def chunk_publish(*, run: Run, seq: int, text: str) -> None:
+    """After the commit of the caller's transaction, if there is one."""
     transaction.on_commit(
         lambda: publish_reply_chunk(
             conversation_id=run.conversation_id,
@@ -367,10 +334,3 @@ def chunk_store(*, run: Run, seq: int, text: str) -> None:
             text=text,
         )
     )
-
-
-def memory_store(*, owner_id: int, message_id: int, facts: dict[str, str]) -> None:
-    # Rows are locked in key order, whatever order the brain gave: no two attempts deadlock.
-    source = Message(pk=message_id)  # only its id is stored, as the fact's source
-    for key, value in sorted(facts.items()):
-        memory_remember(owner_id=owner_id, key=key, value=value, source_message=source)

@@ -44,7 +44,7 @@ def test_each_atomic_block_and_each_autocommit_statement_is_one_transaction():
         "COMMIT",
         'UPDATE "continuity_run" SET "state" = 1',  # autocommit
     ]
-    sql_tally(cost, log)
+    sql_tally(cost, [{"sql": sql} for sql in log])
     assert (cost.statements, cost.transactions, cost.round_trips) == (6, 3, 10)
     assert cost.statement_kinds == {
         "SELECT continuity_message": 1,
@@ -54,6 +54,22 @@ def test_each_atomic_block_and_each_autocommit_statement_is_one_transaction():
         "RELEASE SAVEPOINT": 1,
         "UPDATE continuity_run": 1,
     }
+
+
+def test_statements_sent_together_are_one_round_trip_with_the_begin_before_them():
+    cost = Cost()
+    log = [
+        {"sql": "BEGIN"},
+        {"sql": "SELECT id FROM continuity_conversation WHERE id = 1 FOR UPDATE", "batch": 1},
+        {"sql": "SELECT id FROM continuity_message WHERE id = 2", "batch": 1},
+        {"sql": "UPDATE continuity_message SET state = 'done' RETURNING id", "batch": 2},
+        {"sql": "INSERT INTO continuity_run (state) VALUES ('running') RETURNING id", "batch": 2},
+        {"sql": "SELECT id FROM continuity_handoff"},
+        {"sql": "COMMIT"},
+    ]
+    sql_tally(cost, log)
+    assert (cost.statements, cost.transactions, cost.round_trips) == (5, 1, 4)
+    assert cost.statement_kinds["SELECT continuity_conversation FOR UPDATE"] == 1
 
 
 def test_a_statement_with_a_subquery_is_named_by_its_own_table():

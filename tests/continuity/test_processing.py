@@ -151,11 +151,11 @@ def test_memory_rows_are_locked_in_key_order_whatever_order_the_brain_gives(conv
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from continuity.delivery.processing import memory_store
+    from continuity.context.memory import memory_remember_all
 
     message = send(conversation, "hello")
     with CaptureQueriesContext(connection) as queries:
-        memory_store(
+        memory_remember_all(
             owner_id=conversation.owner_id,
             message_id=message.pk,
             facts={"name": "Ada", "goal": "ship", "likes": "tea"},

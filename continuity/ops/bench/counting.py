@@ -22,7 +22,7 @@ from django.test.utils import CaptureQueriesContext
 
 TRANSACTION_CONTROL = {"BEGIN", "COMMIT", "ROLLBACK"}
 VERB = re.compile(r"^\s*(RELEASE SAVEPOINT|ROLLBACK TO SAVEPOINT|SAVEPOINT|\w+)", re.IGNORECASE)
-TABLE = re.compile(r'\b(?:FROM|INTO|UPDATE)\s+"([^"]+)"', re.IGNORECASE)
+TABLE = re.compile(r'\b(?:FROM|INTO|UPDATE)\s+"?(\w+)"?', re.IGNORECASE)
 LOCK = re.compile(r"\bFOR (UPDATE|SHARE)\s*$", re.IGNORECASE)
 MONITOR_LINE = re.compile(r'^[\d.]+ \[\d+ ([^\]]*)\] "([^"]*)"')
 
@@ -51,25 +51,30 @@ def statement_kind(sql: str) -> str:
     return kind
 
 
-def sql_tally(cost: Cost, log: list[str]) -> None:
-    """Statements and transactions in a query log. Outside `atomic`, each statement is a
-    transaction of its own (autocommit); an atomic block is one, if it ran anything."""
+def sql_tally(cost: Cost, log: list[dict]) -> None:
+    """Statements, transactions and round trips in a query log. Outside `atomic`, each
+    statement is a transaction of its own (autocommit); an atomic block is one, if it ran
+    anything. Statements sent together (`continuity.sql.batch`, marked in the log) are one
+    round trip, which also carries the BEGIN before them."""
     in_block = ran = False
-    for sql in log:
-        word = sql.strip().upper()
+    batch = None
+    for index, entry in enumerate(log):
+        word = entry["sql"].strip().upper()
         if word == "BEGIN":
             in_block, ran = True, False
-            cost.round_trips += 1
+            following = log[index + 1] if index + 1 < len(log) else {}
+            cost.round_trips += following.get("batch") is None
         elif word in TRANSACTION_CONTROL:
             cost.transactions += ran
             cost.round_trips += 1
             in_block = False
         else:
             cost.statements += 1
-            cost.round_trips += 1
-            cost.statement_kinds[statement_kind(sql)] += 1
+            cost.round_trips += entry.get("batch") is None or entry["batch"] != batch
+            cost.statement_kinds[statement_kind(entry["sql"])] += 1
             ran = True
             cost.transactions += not in_block
+        batch = entry.get("batch")
 
 
 class RedisTally:
@@ -119,7 +124,7 @@ def cost_of(redis_url: str) -> Iterator[Cost]:
     cost = Cost()
     with RedisTally(redis_url) as tally, CaptureQueriesContext(connection) as queries:
         yield cost
-    sql_tally(cost, [query["sql"] for query in queries.captured_queries])
+    sql_tally(cost, queries.captured_queries)
     cost.redis_kinds = tally.sent
     cost.redis_commands = sum(tally.sent.values())
     cost.redis_in_scripts = sum(tally.in_scripts.values())
