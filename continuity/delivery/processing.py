@@ -41,7 +41,7 @@ from .attempts import (
     fenced_insert,
     run_lock_owned,
 )
-from .heartbeats import RunHeartbeat
+from .heartbeats import RunHeartbeat, key_refresh, run_key
 from .inbox import title_from_text
 
 logger = logging.getLogger(__name__)
@@ -61,6 +61,10 @@ def drain_conversation(*, conversation_id: int, node: str = "") -> None:
         begun["brain"] = brain_load(message.conversation.brain)
         begun["stored"] = checkpoints_stored(run=run, message=message)
         begun["context"] = context_prepare(run=run, message=message)
+        # The run's row took its heartbeat when it was inserted, and this transaction may have
+        # run long since (a brain's first import takes a second): without a live key, a sweep
+        # right after the commit, before the heartbeat starts, would take the run for dead.
+        key_refresh(run_key(run.pk))
 
     run = attempt_begin(conversation_id=conversation_id, node=node, on_begin=prepare)
     if run is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
@@ -208,3 +209,29 @@ def test_a_failing_title_costs_nothing(conversation, monkeypatch):
     drain_conversation(conversation_id=conversation.pk)
     message.refresh_from_db()
     assert message.state == "done" and Run.objects.get(message=message).state == "completed"
+
+
+def test_a_slow_start_is_not_taken_for_dead_before_its_heartbeat_runs(
+    conversation, settings, monkeypatch
+):
+    from continuity.delivery import processing
+    from continuity.delivery.heartbeats import stale_run_ids
+
+    settings.CONTINUITY_HEARTBEAT_SECONDS = 0.1  # a run is stale 0.2 s after its last beat
+    load = processing.brain_load
+
+    def first_load(name: str):
+        time.sleep(0.3)  # a brain's first import, inside the transaction that begins the run
+        return load(name)
+
+    seen = []
+    monkeypatch.setattr(processing, "brain_load", first_load)
+    # What a watchdog sweep sees between the commit and the start of the heartbeat.
+    monkeypatch.setattr(
+        processing,
+        "attempt_execute",
+        lambda *, run, **begun: seen.append(stale_run_ids(Run.objects.filter(pk=run.pk))),
+    )
+    send(conversation, "hello")
+    drain_conversation(conversation_id=conversation.pk)
+    assert seen == [[]]
