@@ -6,6 +6,8 @@ import logging
 import threading
 
 from celery.signals import (
+    task_postrun,
+    task_prerun,
     task_received,
     worker_init,
     worker_process_shutdown,
@@ -37,6 +39,14 @@ def on_worker_init(sender, **kwargs) -> None:
 def on_worker_process_shutdown(**kwargs) -> None:
     # Pool processes end without running atexit: send the live updates already handed over.
     publisher_flush()
+
+
+@task_prerun.connect
+@task_postrun.connect
+def on_task_run(**kwargs) -> None:
+    # Django's request_started / request_finished: drop connections that are too old or broken
+    # (settings CELERY_DB_REUSE_MAX); a kept one is health-checked at its next use.
+    close_old_connections()
 
 
 @task_received.connect
