@@ -180,16 +180,22 @@ def message_accept(*, conversation: Conversation, text: str, client_id: uuid.UUI
 
 @transaction.atomic
 def message_queue(*, conversation_id: int, text: str, **fields) -> Message:
-    """Append a user message to the end of the conversation's queue and enqueue its drain."""
-    # Locking the conversation makes message ids follow commit order, which is the order in
-    # which the conversation is answered.
-    sql.execute(
-        f"UPDATE continuity_conversation SET updated_at = {sql.db_now()} WHERE id = %s",
-        [conversation_id],
-    )
-    message = sql.insert(
+    """Append a user message to the end of the conversation's queue and enqueue its drain.
+    `fields`: other values of the message, by attname."""
+    insert, written = sql.insert_statement(
         Message, conversation_id=conversation_id, role=Message.Role.USER, text=text, **fields
     )
+    # Locking the conversation first makes message ids follow commit order, which is the order
+    # in which the conversation is answered. One round trip for both.
+    _, stored = sql.batch(
+        (
+            f"UPDATE continuity_conversation SET updated_at = {sql.db_now()} WHERE id = %s "
+            "RETURNING id",
+            [conversation_id],
+        ),
+        insert,
+    )
+    message = sql.inserted(Message, stored, written)
     conversation_enqueue(conversation_id=conversation_id)
     transaction.on_commit(
         lambda: publish_message_changed(conversation_id=conversation_id, message_id=message.pk)
