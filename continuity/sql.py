@@ -116,10 +116,6 @@ def db_now() -> str:
     return "STRFTIME('%%Y-%%m-%%d %%H:%%M:%%f', 'NOW')"
 
 
-def datetime_param(value: datetime) -> object:
-    return connection.ops.adapt_datetimefield_value(value)
-
-
 def datetime_value(value: datetime | str | None) -> datetime | None:
     """A timestamp column as read back: SQLite holds UTC without a time zone."""
     if isinstance(value, str):

@@ -249,3 +249,39 @@ def test_a_database_outage_gives_the_attempt_back_with_a_backoff(conversation):
     assert (message.state, message.attempts, message.interruptions) == ("queued", 0, 1)
     assert not CrashRecord.objects.exists()
     assert retry_wait(conversation) == pytest.approx(timedelta(seconds=5), abs=timedelta(seconds=2))
+
+
+def test_the_next_message_is_found_through_the_conversation_however_many_others_hold(
+    conversation,
+):
+    """The engine's statements are prepared once per connection; each run is still planned for
+    its values (plan_cache_mode). A plan made for any conversation walked the message table
+    from its first row, past every other conversation's messages, to find one's next message."""
+    from django.db import connection
+
+    from continuity.delivery.attempts import lease_and_next_statement
+    from tests.factories import ConversationFactory
+
+    busy = ConversationFactory()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO continuity_message (conversation_id, role, text, state, attempts, "
+            "interruptions, version, stopped, created_at, updated_at) SELECT %s, 'user', 'x', "
+            "'done', 1, 0, 1, false, now(), now() FROM generate_series(1, 20000)",
+            [busy.pk],
+        )
+        cursor.execute("ANALYZE continuity_message")
+    message_accept(conversation=conversation, text="hello", client_id=uuid.uuid4())
+    text, params = lease_and_next_statement(conversation.pk)
+    numbered = text.replace("%s", "{}").format(*(f"${n}" for n in range(1, len(params) + 1)))
+    values = ", ".join(f"'{value}'" for value in params)
+    with connection.cursor() as cursor:
+        cursor.execute(f"PREPARE next_up AS {numbered}")
+        for _ in range(6):  # past the five runs after which PostgreSQL may keep a generic plan
+            cursor.execute(f"EXECUTE next_up({values})")
+        cursor.execute(f"EXPLAIN EXECUTE next_up({values})")
+        plan = "\n".join(line for (line,) in cursor.fetchall())
+        cursor.execute("DEALLOCATE next_up")
+    # The message lookup (the outer join reads the found row by id, as `m`) never walks the
+    # primary key.
+    assert "continuity_message_pkey on continuity_message  " not in plan, plan
