@@ -85,16 +85,24 @@ def summary_of(found: list[tuple], *, conversation_id: int) -> Summary | None:
 
 def turns_statement(*, conversation_id: int, before_id: int) -> sql.Statement:
     """Each question with its reply, as (id, role, text) rows (a reply that staff deleted
-    leaves its question alone, not the context broken)."""
+    leaves its question alone, not the context broken). The reply is looked up by question, by
+    its unique index: a join let the planner walk that index from its start, through every
+    older reply of the table (5 ms at 100,000 messages)."""
     return (
-        "SELECT q.id, q.role, q.text, a.id, a.role, a.text FROM continuity_message AS q "
-        f"LEFT JOIN continuity_message AS a ON a.reply_to_id = q.id WHERE {TURNS} ORDER BY q.id",
+        "SELECT q.id, q.role, q.text, "
+        "(SELECT a.id FROM continuity_message AS a WHERE a.reply_to_id = q.id), "
+        "(SELECT a.text FROM continuity_message AS a WHERE a.reply_to_id = q.id) "
+        f"FROM continuity_message AS q WHERE {TURNS} ORDER BY q.id",
         turns_params(conversation_id=conversation_id, before_id=before_id),
     )
 
 
 def turn_pairs(found: list[tuple]) -> list[list[tuple]]:
-    return [[row[:3], row[3:]] if row[3] is not None else [row[:3]] for row in found]
+    """A reply is the assistant's answer to its question (`reply_to`)."""
+    return [
+        [row[:3], (row[3], Message.Role.ASSISTANT, row[4])] if row[3] is not None else [row[:3]]
+        for row in found
+    ]
 
 
 def last_plan_statement(*, conversation_id: int, before_id: int) -> sql.Statement:
