@@ -61,6 +61,14 @@ TURNS = (
 )
 
 
+# The user messages of a conversation that wait for their answer (queued, or being answered).
+PENDING = "conversation_id = %s AND role = %s AND state IN (%s, %s)"
+
+
+def pending_params(conversation_id: int) -> list:
+    return [conversation_id, Message.Role.USER, *Message.PENDING_STATES]
+
+
 def turns_params(*, conversation_id: int, before_id: int) -> list:
     return [conversation_id, Message.Role.USER, Message.State.DONE, conversation_id, before_id]
 
@@ -126,10 +134,9 @@ def facts_statement(*, owner_id: int) -> sql.Statement:
 def pending_statement(*, conversation_id: int, message_id: int) -> sql.Statement:
     """Messages that wait behind this one, as (id, role, text), at most a history's worth."""
     return (
-        "SELECT id, role, text FROM continuity_message WHERE conversation_id = %s "
-        "AND role = %s AND state IN (%s, %s) AND id > %s ORDER BY id LIMIT %s",
-        [conversation_id, Message.Role.USER, *Message.PENDING_STATES, message_id]
-        + [settings.CONTINUITY_HISTORY_TURNS],
+        f"SELECT id, role, text FROM continuity_message WHERE {PENDING} AND id > %s "
+        "ORDER BY id LIMIT %s",
+        [*pending_params(conversation_id), message_id, settings.CONTINUITY_HISTORY_TURNS],
     )
 
 

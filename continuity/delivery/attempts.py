@@ -20,6 +20,7 @@ from django.db.models import DateTimeField, ExpressionWrapper, Model
 from django.db.models.functions import Now
 
 from .. import sql
+from ..context.assembly import PENDING, pending_params
 from ..context.handoffs import handoff_after_interruption, handoff_after_turn
 from ..context.memory import memory_remember_all
 from ..errors import DATABASE_LOST, AttemptStopped, InvalidTransition
@@ -140,10 +141,8 @@ def lease_and_next_statement(conversation_id: int) -> sql.Statement:
         "SELECT EXISTS (SELECT 1 FROM continuity_run WHERE conversation_id = %s AND state = %s), "
         "m.id, m.text, m.attempts, m.interruptions "
         "FROM (SELECT 1) AS one LEFT JOIN continuity_message AS m ON m.id = ("
-        "SELECT id FROM continuity_message WHERE conversation_id = %s AND role = %s "
-        "AND state IN (%s, %s) ORDER BY id LIMIT 1)",
-        [conversation_id, Run.State.RUNNING, conversation_id, Message.Role.USER]
-        + list(Message.PENDING_STATES),
+        f"SELECT id FROM continuity_message WHERE {PENDING} ORDER BY id LIMIT 1)",
+        [conversation_id, Run.State.RUNNING, *pending_params(conversation_id)],
     )
 
 
@@ -265,10 +264,9 @@ def reply_store(
         reply_insert,
         (
             "UPDATE continuity_message SET version = version + 1, state = %s WHERE id = %s "
-            "RETURNING EXISTS (SELECT 1 FROM continuity_message WHERE conversation_id = %s "
-            "AND role = %s AND state IN (%s, %s) AND id <> %s)",
-            [Message.State.DONE, run.message_id, run.conversation_id, Message.Role.USER]
-            + [*Message.PENDING_STATES, run.message_id],
+            f"RETURNING EXISTS (SELECT 1 FROM continuity_message WHERE {PENDING} AND id <> %s)",
+            [Message.State.DONE, run.message_id]
+            + [*pending_params(run.conversation_id), run.message_id],
         ),
     )
     fence_held(run, *firsts, ended)
