@@ -150,6 +150,13 @@ class Message(models.Model):
         indexes = [
             models.Index(fields=["conversation", "state", "id"]),
             models.Index(fields=["state", "created_at"]),
+            # A conversation's waiting questions, in order (`context.assembly.PENDING`): a
+            # few rows, so even a plan made for any conversation finds the next one at once.
+            models.Index(
+                fields=["conversation", "id"],
+                condition=models.Q(role="user", state__in=["queued", "processing"]),
+                name="message_pending",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -142,12 +142,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
         {
             "connect_timeout": env_int("DATABASE_CONNECT_TIMEOUT", 5),
             "options": f"-c lock_timeout={env_int('DATABASE_LOCK_TIMEOUT_MS', 10_000)} "
-            f"-c statement_timeout={env_int('DATABASE_STATEMENT_TIMEOUT_MS', 60_000)} "
-            # A prepared statement is still planned for its values: a plan made for any value
-            # walked the whole message table for a conversation's next message (150 ms at
-            # 150,000 messages, where the conversation's index takes 0.7 ms).
-            "-c plan_cache_mode=force_custom_plan",
-            # Statements are prepared at their first run on a connection (parsed once). Only
+            f"-c statement_timeout={env_int('DATABASE_STATEMENT_TIMEOUT_MS', 60_000)}",
+            # Statements are prepared at their first run on a connection: parsed once, and
+            # after five runs planned once where that plan is as good as one made for the
+            # values (`continuity.sql.planned_per_run` names those planned every time). Only
             # the engine's hand-written hot path binds values on the server (continuity.sql);
             # the ORM binds on the client, which psycopg never prepares. Not for a pooler in
             # transaction mode (PgBouncer): prepared statements belong to one server connection.

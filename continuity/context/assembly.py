@@ -59,14 +59,29 @@ TURNS = (
     f"AND q.id > COALESCE((SELECT covers_through_id FROM ({LATEST_SUMMARY}) AS s), 0) "
     "AND q.id < %s"
 )
+TURNS_SELECT = sql.planned_per_run(
+    "SELECT q.id, q.role, q.text, "
+    "(SELECT a.id FROM continuity_message AS a WHERE a.reply_to_id = q.id), "
+    "(SELECT a.text FROM continuity_message AS a WHERE a.reply_to_id = q.id) "
+    f"FROM continuity_message AS q WHERE {TURNS} ORDER BY q.id"
+)
+LAST_PLAN_SELECT = sql.planned_per_run(
+    "SELECT id, output FROM continuity_checkpoint WHERE step = %s AND message_id = "
+    f"(SELECT MAX(q.id) FROM continuity_message AS q WHERE {TURNS})"
+)
 
 
 # The user messages of a conversation that wait for their answer (queued, or being answered).
-PENDING = "conversation_id = %s AND role = %s AND state IN (%s, %s)"
+# The role and states are written out, not bound: only then does a statement prepared once
+# for every conversation know it may read the small index of waiting messages
+# (`message_pending`), whose condition is the same.
+PENDING = "conversation_id = %s AND role = '{}' AND state IN ('{}', '{}')".format(
+    Message.Role.USER, *Message.PENDING_STATES
+)
 
 
 def pending_params(conversation_id: int) -> list:
-    return [conversation_id, Message.Role.USER, *Message.PENDING_STATES]
+    return [conversation_id]
 
 
 def turns_params(*, conversation_id: int, before_id: int) -> list:
@@ -97,10 +112,7 @@ def turns_statement(*, conversation_id: int, before_id: int) -> sql.Statement:
     its unique index: a join let the planner walk that index from its start, through every
     older reply of the table (5 ms at 100,000 messages)."""
     return (
-        "SELECT q.id, q.role, q.text, "
-        "(SELECT a.id FROM continuity_message AS a WHERE a.reply_to_id = q.id), "
-        "(SELECT a.text FROM continuity_message AS a WHERE a.reply_to_id = q.id) "
-        f"FROM continuity_message AS q WHERE {TURNS} ORDER BY q.id",
+        TURNS_SELECT,
         turns_params(conversation_id=conversation_id, before_id=before_id),
     )
 
@@ -116,8 +128,7 @@ def turn_pairs(found: list[tuple]) -> list[list[tuple]]:
 def last_plan_statement(*, conversation_id: int, before_id: int) -> sql.Statement:
     """The plan step's checkpoint of the last of those turns: the task state it left."""
     return (
-        "SELECT id, output FROM continuity_checkpoint WHERE step = %s AND message_id = "
-        f"(SELECT MAX(q.id) FROM continuity_message AS q WHERE {TURNS})",
+        LAST_PLAN_SELECT,
         ["plan", *turns_params(conversation_id=conversation_id, before_id=before_id)],
     )
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
+import re
 import uuid
 from datetime import timedelta
 
 import pytest
+from django.db import transaction
 from django.utils import timezone
 
 from continuity.delivery.alerts import alerts_flush
@@ -251,17 +254,22 @@ def test_a_database_outage_gives_the_attempt_back_with_a_backoff(conversation):
     assert retry_wait(conversation) == pytest.approx(timedelta(seconds=5), abs=timedelta(seconds=2))
 
 
-def test_the_next_message_is_found_through_the_conversation_however_many_others_hold(
-    conversation,
+def test_every_hot_path_statement_finds_a_conversations_messages_through_an_index(
+    conversation, settings
 ):
-    """The engine's statements are prepared once per connection; each run is still planned for
-    its values (plan_cache_mode). A plan made for any conversation walked the message table
-    from its first row, past every other conversation's messages, to find one's next message."""
+    """The engine's statements are prepared once per connection, and after five runs
+    PostgreSQL may keep one plan for every value. Such a plan must still reach a
+    conversation's messages through an index: one that walked the message table's primary key,
+    past every other conversation's messages, took 150 ms at 150,000 messages. Statements whose
+    good plan depends on their values are planned at every run (`sql.planned_per_run`): their
+    plan for these values is checked instead."""
     from django.db import connection
 
-    from continuity.delivery.attempts import lease_and_next_statement
+    from continuity import sql
+    from continuity.delivery.processing import drain_conversation
     from tests.factories import ConversationFactory
 
+    settings.CONTINUITY_BUILTIN_TOKEN_DELAY = 0
     busy = ConversationFactory()
     with connection.cursor() as cursor:
         cursor.execute(
@@ -271,17 +279,45 @@ def test_the_next_message_is_found_through_the_conversation_however_many_others_
             [busy.pk],
         )
         cursor.execute("ANALYZE continuity_message")
-    message_accept(conversation=conversation, text="hello", client_id=uuid.uuid4())
-    text, params = lease_and_next_statement(conversation.pk)
-    numbered = text.replace("%s", "{}").format(*(f"${n}" for n in range(1, len(params) + 1)))
-    values = ", ".join(f"'{value}'" for value in params)
-    with connection.cursor() as cursor:
-        cursor.execute(f"PREPARE next_up AS {numbered}")
-        for _ in range(6):  # past the five runs after which PostgreSQL may keep a generic plan
-            cursor.execute(f"EXECUTE next_up({values})")
-        cursor.execute(f"EXPLAIN EXECUTE next_up({values})")
-        plan = "\n".join(line for (line,) in cursor.fetchall())
-        cursor.execute("DEALLOCATE next_up")
-    # The message lookup (the outer join reads the found row by id, as `m`) never walks the
-    # primary key.
-    assert "continuity_message_pkey on continuity_message  " not in plan, plan
+    for text in ("first", "second"):  # the second has a turn before it, and its plan
+        send(conversation, text)
+    drain_conversation(conversation_id=conversation.pk)
+    engine_statements = []
+
+    def capture(execute, text, params, many, context):
+        if isinstance(context["cursor"].cursor, sql._server_binding_cursor()):
+            engine_statements.append((text, params))
+        return execute(text, params, many, context)
+
+    with connection.execute_wrapper(capture):
+        drain_conversation(conversation_id=conversation.pk)
+    assert Message.objects.filter(conversation=conversation, role="assistant").count() == 2
+    reads = [(text, params) for text, params in engine_statements if "continuity_message" in text]
+    assert any(text in sql._planned_per_run for text, _ in reads)
+    assert any(text not in sql._planned_per_run for text, _ in reads)
+    for text, params in reads:
+        plan = statement_plan(text, params, generic=text not in sql._planned_per_run)
+        for line, below in itertools.pairwise([*plan, ""]):
+            if "using continuity_message_pkey" in line:
+                # Only a lookup of one message by its id.
+                assert below.strip().startswith("Index Cond: (id = "), "\n".join(plan)
+
+
+def statement_plan(text: str, params, *, generic: bool) -> list[str]:
+    """The plan PostgreSQL runs the statement with: for these values, or (`generic`) the one
+    it may keep for any values."""
+    from django.db import connection
+
+    with transaction.atomic(), connection.cursor() as cursor:
+        if not generic:
+            cursor.execute(f"EXPLAIN {text}", params)
+            return [line for (line,) in cursor.fetchall()]
+        numbers = iter(range(1, len(params) + 1))
+        prepared = re.sub("%s", lambda _: f"${next(numbers)}", text).replace("%%", "%")
+        cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        cursor.execute(f"PREPARE checked AS {prepared}")
+        try:
+            cursor.execute(f"EXPLAIN EXECUTE checked({', '.join(['%s'] * len(params))})", params)
+            return [line for (line,) in cursor.fetchall()]
+        finally:
+            cursor.execute("DEALLOCATE checked")
