@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import threading
+import time
 from datetime import timedelta
 
 import redis
@@ -110,21 +112,21 @@ class Beat:
             connection.close()
 
 
-class RunHeartbeat(Beat):
+class RunHeartbeat:
     """Keeps a run alive while it works; sets `stopped` once another party has ended the run
     (watchdog, planned shutdown): the attempt is fenced off and must stop."""
 
     def __init__(self, run_id: int) -> None:
-        super().__init__(f"heartbeat-run-{run_id}")
         self.run_id = run_id
+        self.stopped = threading.Event()
 
     def __enter__(self) -> RunHeartbeat:
         key_refresh(run_key(self.run_id))
-        self.start()
+        run_beats().add(self)
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        self.stop()
+        run_beats().remove(self)
         key_delete(run_key(self.run_id))
 
     def beat(self) -> bool:
@@ -145,6 +147,80 @@ class RunHeartbeat(Beat):
             key_delete(run_key(self.run_id))
             return False
         return True
+
+
+class RunBeats:
+    """The heartbeats of the runs this process works on, from one thread that lives as long
+    as the process: a thread per attempt cost 0.4 ms to start and join, a twentieth of a
+    message. Each run beats one interval after it was added, then every interval."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._due: dict[RunHeartbeat, float] = {}
+        self._beating: RunHeartbeat | None = None
+        threading.Thread(target=self._loop, name="heartbeat-runs", daemon=True).start()
+
+    def add(self, heartbeat: RunHeartbeat) -> None:
+        with self._changed:
+            self._due[heartbeat] = time.monotonic() + settings.CONTINUITY_HEARTBEAT_SECONDS
+            self._changed.notify_all()
+
+    def remove(self, heartbeat: RunHeartbeat) -> None:
+        """Once this returns, the run is not beating, and will not again."""
+        with self._changed:
+            self._due.pop(heartbeat, None)
+            self._changed.wait_for(lambda: self._beating is not heartbeat)
+
+    def _loop(self) -> None:
+        while True:
+            heartbeat = self._next_due()
+            if heartbeat is None:
+                # Idle: the thread's database connection is not kept open between attempts.
+                connection.close()
+                with self._changed:
+                    self._changed.wait_for(lambda: self._due)
+                continue
+            try:
+                alive = heartbeat.beat()
+            except Exception:
+                # A heartbeat that died silently would let its attempt run on unfenced.
+                logger.exception("Heartbeat of run %s failed; stopping it", heartbeat.run_id)
+                alive = False
+            with self._changed:
+                self._beating = None
+                if not alive:
+                    heartbeat.stopped.set()
+                    self._due.pop(heartbeat, None)
+                elif heartbeat in self._due:
+                    self._due[heartbeat] = time.monotonic() + settings.CONTINUITY_HEARTBEAT_SECONDS
+                self._changed.notify_all()
+
+    def _next_due(self) -> RunHeartbeat | None:
+        """Once its beat is due, the run that is due first, marked as beating; None when no
+        run is left to beat."""
+        with self._changed:
+            while self._due:
+                heartbeat, due = min(self._due.items(), key=lambda item: item[1])
+                wait = due - time.monotonic()
+                if wait <= 0:
+                    self._beating = heartbeat
+                    return heartbeat
+                self._changed.wait(wait)
+            return None
+
+
+_run_beats_lock = threading.Lock()
+_run_beats: tuple[int, RunBeats] | None = None
+
+
+def run_beats() -> RunBeats:
+    """This process's run heartbeats. Keyed by pid: a prefork child inherits the parent's
+    object but not its thread."""
+    global _run_beats
+    with _run_beats_lock:
+        if _run_beats is None or _run_beats[0] != os.getpid():
+            _run_beats = (os.getpid(), RunBeats())
+        return _run_beats[1]
 
 
 class WorkerHeartbeat(Beat):

@@ -97,19 +97,40 @@ def test_the_redis_key_is_refreshed_while_the_database_is_away(run):
         assert not heartbeat.stopped.is_set()
 
 
-def test_a_heartbeat_that_breaks_unexpectedly_stops_its_attempt(settings):
-    from continuity.delivery.heartbeats import Beat
-
+def test_a_heartbeat_that_breaks_unexpectedly_stops_its_attempt_and_no_other(run, settings):
     settings.CONTINUITY_HEARTBEAT_SECONDS = 0.05
 
-    class Broken(Beat):
+    class Broken(RunHeartbeat):
         def beat(self) -> bool:
             raise RuntimeError("unexpected")
 
-    broken = Broken("broken")
-    broken.start()
-    wait_for(broken.stopped.is_set, timeout=5, what="the attempt to be told to stop")
-    broken.stop()
+    with Broken(run.pk) as broken:
+        wait_for(broken.stopped.is_set, timeout=5, what="the attempt to be told to stop")
+    # The process's heartbeat thread lives on for the next attempt.
+    before = Run.objects.get(pk=run.pk).heartbeat_at
+    with RunHeartbeat(run.pk) as heartbeat:
+        wait_for(
+            lambda: Run.objects.get(pk=run.pk).heartbeat_at > before,
+            timeout=5,
+            what="the next attempt's heartbeat",
+        )
+        assert not heartbeat.stopped.is_set()
+
+
+def test_runs_beat_one_interval_after_they_start_whatever_the_thread_waited_for(run, settings):
+    """The heartbeat thread outlives attempts: one that starts while it waits out a longer
+    interval still beats on time."""
+    settings.CONTINUITY_HEARTBEAT_SECONDS = 60
+    with RunHeartbeat(run.pk):
+        pass
+    settings.CONTINUITY_HEARTBEAT_SECONDS = 0.1
+    before = Run.objects.get(pk=run.pk).heartbeat_at
+    with RunHeartbeat(run.pk):
+        wait_for(
+            lambda: Run.objects.get(pk=run.pk).heartbeat_at > before,
+            timeout=5,
+            what="a heartbeat on the row",
+        )
 
 
 def test_attempt_begin_asks_redis_before_it_locks_the_conversation(run, monkeypatch):
