@@ -479,6 +479,30 @@ def test_a_stopped_worker_child_that_wakes_after_being_reaped_writes_nothing(pro
     assert_promise_kept([message])
 
 
+def test_a_drain_killed_between_two_of_its_messages_is_redelivered_for_the_rest(
+    processes, tmp_path
+):
+    """A drain answers its conversation's queued messages in turn, with no task for each. The
+    task is acknowledged when it returns: a worker killed right after one reply's commit gives
+    it back to the queue, and the rest are answered. No watchdog runs here, and the worker's
+    start-up sweep would re-enqueue only after an hour."""
+    marker = tmp_path / "fault-fired"
+    (conversation,) = conversations(1)
+    sent = [send(conversation, f"Note number {n}") for n in range(4)]  # one drain for all four
+    processes.add(
+        WorkerProcess(
+            CONTINUITY_FAULT_KILL_AT="after_reply_committed",
+            CONTINUITY_FAULT_ONCE_FILE=str(marker),
+            CONTINUITY_REQUEUE_AFTER_SECONDS="3600",
+            CONTINUITY_DRAIN_TURN_SECONDS="60",
+        )
+    )
+    wait_finished(sent, timeout=30)
+    assert marker.exists()
+    assert [run.state for run in Run.objects.order_by("id")] == ["completed"] * 4
+    assert_promise_kept(sent)
+
+
 @pytest.mark.parametrize("first_text", ["My name is Ada", "[[invalid]] please"])
 def test_without_the_watchdog_the_next_message_starts_once_the_previous_one_ends(
     processes, first_text

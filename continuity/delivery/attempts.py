@@ -227,13 +227,17 @@ def reply_store(
     error: str = "",
     stopped: bool = False,
     first: Sequence[sql.Statement] = (),
-) -> Message:
+    follow_up: bool = True,
+) -> tuple[Message, bool]:
     """Inside the caller's transaction, in one round trip: lock the conversation (clearing
     its backoff), run `first` (fenced writes of the attempt), end the run in `run_state`,
     store `text` as the reply, mark the message done and let the conversation's next queued
-    message go on. Ending the run is the fence: an attempt that no longer owns the message
-    stores nothing (the reply is stored only once the run has ended in `run_state`, and the
-    caller's transaction rolls back the rest)."""
+    message go on: a drain is sent for it once the transaction commits, unless the caller
+    answers it itself (`follow_up` False). The reply, and whether more messages wait.
+
+    Ending the run is the fence: an attempt that no longer owns the message stores nothing
+    (the reply is stored only once the run has ended in `run_state`, and the caller's
+    transaction rolls back the rest)."""
     now = sql.db_now()
     reply_insert, written = sql.insert_statement(
         Message,
@@ -270,14 +274,14 @@ def reply_store(
         ),
     )
     fence_held(run, *firsts, ended)
-    if more_pending:
+    if more_pending and follow_up:
         conversation_enqueue(conversation_id=run.conversation_id)
     transaction.on_commit(
         lambda: publish_message_changed(
             conversation_id=run.conversation_id, message_id=run.message_id
         )
     )
-    return sql.inserted(Message, stored, written)
+    return sql.inserted(Message, stored, written), bool(more_pending)
 
 
 def run_lock_owned(run: Run) -> None:
@@ -296,23 +300,31 @@ def attempt_finish(
     reply_text: str,
     task_state: dict | None = None,
     remembered: dict[str, str] | None = None,
-) -> Message:
+    follow_up: bool = True,
+) -> bool:
     """Store the reply, mark the message done and the run completed, in one transaction, with
     the end-of-turn handoff: written once, even when an earlier attempt got this far.
     `remembered`: the facts of the last step, stored with its checkpoint in that transaction
-    (no step follows it); None when an earlier attempt stored them."""
+    (no step follows it); None when an earlier attempt stored them. True when more messages
+    wait and are left to the caller (`follow_up` False, see `reply_store`)."""
     first = []
     if remembered is not None:
         first.append(checkpoint_insert(run=run, name="remember", output={"facts": remembered}))
     with transaction.atomic():
-        reply = reply_store(run=run, text=reply_text, run_state=Run.State.COMPLETED, first=first)
+        _, more_pending = reply_store(
+            run=run,
+            text=reply_text,
+            run_state=Run.State.COMPLETED,
+            first=first,
+            follow_up=follow_up,
+        )
         if remembered:
             memory_remember_all(
                 owner_id=run.conversation.owner_id, message_id=run.message_id, facts=remembered
             )
         handoff_after_turn(run=run, task_state=task_state)
     fault_point("after_reply_committed")
-    return reply
+    return more_pending and not follow_up
 
 
 @transaction.atomic
@@ -437,7 +449,7 @@ def reply_stop(*, message: Message) -> Message:
         if run is None:
             raise InvalidTransition(f"No reply is being written to message {message.pk}.")
         written = run.reply_chunks.order_by("seq").values_list("text", flat=True)
-        reply = reply_store(
+        reply, _ = reply_store(
             run=run,
             text="".join(written),
             run_state=Run.State.STOPPED,

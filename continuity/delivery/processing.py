@@ -52,7 +52,18 @@ DATABASE_ERRORS = (OperationalError, InterfaceError)
 
 
 def drain_conversation(*, conversation_id: int, node: str = "") -> None:
-    """Answer the conversation's oldest pending message; a follow-up task takes the next one."""
+    """Answer the conversation's pending messages, oldest first, for its turn
+    (CONTINUITY_DRAIN_TURN_SECONDS); a follow-up task takes the rest from the back of the queue.
+    The task is acknowledged only once it returns: a worker that dies between two messages
+    gives it back to the queue, as it does during one."""
+    turn_ends = time.monotonic() + settings.CONTINUITY_DRAIN_TURN_SECONDS
+    while drain_one(conversation_id=conversation_id, node=node, turn_ends=turn_ends):
+        pass
+
+
+def drain_one(*, conversation_id: int, node: str, turn_ends: float) -> bool:
+    """Answer the conversation's oldest pending message; True if the caller should answer the
+    next one (the reply was stored, more wait, and no follow-up task was sent for them)."""
     begun: dict = {}
 
     def prepare(run: Run, message: Message) -> None:
@@ -67,8 +78,9 @@ def drain_conversation(*, conversation_id: int, node: str = "") -> None:
         key_refresh(run_key(run.pk))
 
     run = attempt_begin(conversation_id=conversation_id, node=node, on_begin=prepare)
-    if run is not None:
-        attempt_execute(run=run, **begun)
+    if run is None:
+        return False
+    return attempt_execute(run=run, turn_ends=turn_ends, **begun)
 
 
 def attempt_resumes(*, run: Run, message: Message) -> bool:
@@ -86,17 +98,28 @@ def checkpoints_stored(*, run: Run, message: Message) -> dict[str, dict]:
 
 
 def attempt_execute(
-    *, run: Run, brain: Brain, stored: dict[str, dict], context: Context | None = None
-) -> None:
-    """`context`: the one stored when the attempt began, if it needed no compaction."""
-    answered = False
+    *,
+    run: Run,
+    brain: Brain,
+    stored: dict[str, dict],
+    context: Context | None = None,
+    turn_ends: float = 0.0,
+) -> bool:
+    """`context`: the one stored when the attempt began, if it needed no compaction. True if
+    the reply was stored and more messages wait, left to the caller: the drain's turn
+    (`turn_ends`, on the monotonic clock) had not ended when the reply was stored."""
+    answered = more_pending = False
     with RunHeartbeat(run.pk) as heartbeat:
         try:
             context, reply_text, task_state, remembered = steps_run(
                 run=run, brain=brain, stopped=heartbeat.stopped, stored=stored, context=context
             )
-            attempt_finish(
-                run=run, reply_text=reply_text, task_state=task_state, remembered=remembered
+            more_pending = attempt_finish(
+                run=run,
+                reply_text=reply_text,
+                task_state=task_state,
+                remembered=remembered,
+                follow_up=time.monotonic() >= turn_ends,
             )
             answered = True
         except AttemptStopped as stop:
@@ -129,6 +152,7 @@ def attempt_execute(
             conversation_title(context=context, brain=brain, reply=reply_text)
         except Exception:  # the answer is committed; a title is not worth failing for
             logger.warning("Conversation %s not titled", run.conversation_id, exc_info=True)
+    return more_pending
 
 
 def conversation_title(*, context: Context, brain: Brain, reply: str) -> None:

@@ -279,9 +279,9 @@ def test_every_hot_path_statement_finds_a_conversations_messages_through_an_inde
             [busy.pk],
         )
         cursor.execute("ANALYZE continuity_message")
-    for text in ("first", "second"):  # the second has a turn before it, and its plan
-        send(conversation, text)
+    send(conversation, "first")
     drain_conversation(conversation_id=conversation.pk)
+    send(conversation, "second")  # it has a turn before it, and that turn's plan
     engine_statements = []
 
     def capture(execute, text, params, many, context):

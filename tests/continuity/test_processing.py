@@ -52,12 +52,37 @@ def test_a_second_drain_of_a_finished_message_adds_nothing(conversation):
     assert Run.objects.count() == 1
 
 
-def test_messages_are_answered_one_per_drain_in_order(conversation):
+def test_a_drain_answers_its_conversations_queue_in_order_without_a_task_each(
+    conversation, settings, monkeypatch
+):
+    settings.CONTINUITY_DRAIN_TURN_SECONDS = 60
     sent = [send(conversation, f"note number {i}") for i in range(3)]
-    for _ in sent:
-        drain_conversation(conversation_id=conversation.pk)
+    from continuity.delivery import inbox
+
+    drains = []
+    monkeypatch.setattr(inbox, "drain_send", lambda **kwargs: drains.append(kwargs))
+    drain_conversation(conversation_id=conversation.pk)
     replies = Message.objects.filter(role="assistant").order_by("id")
     assert [reply.reply_to_id for reply in replies] == [m.pk for m in sent]
+    assert drains == []
+
+
+def test_once_its_turn_is_over_a_drain_sends_the_next_message_to_the_back_of_the_queue(
+    conversation, settings, monkeypatch
+):
+    """Conversations take turns: a drain that has had its time answers no further message."""
+    settings.CONTINUITY_DRAIN_TURN_SECONDS = 0
+    sent = [send(conversation, f"note number {i}") for i in range(3)]
+    from continuity.delivery import inbox
+
+    drains = []
+    monkeypatch.setattr(inbox, "drain_send", lambda **kwargs: drains.append(kwargs))
+    for done in range(1, 4):
+        drain_conversation(conversation_id=conversation.pk)
+        replies = Message.objects.filter(role="assistant").order_by("id")
+        assert [reply.reply_to_id for reply in replies] == [m.pk for m in sent[:done]]
+    # A follow-up after each reply but the last, which left nothing waiting.
+    assert drains == [{"conversation_id": conversation.pk}] * 2
 
 
 def test_the_database_refuses_a_second_reply_to_one_message(conversation):
