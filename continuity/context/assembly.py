@@ -159,15 +159,30 @@ def context_assembled(*, message: Message, attempt: int) -> tuple[ContextRefs, C
     """What the next attempt on `message` should be given, by reference and as the brain reads
     it, from one pass over the rows: every turn the newest summary does not cover (compaction
     keeps that list short), never the whole history."""
+    return context_of(
+        message=message, attempt=attempt, found=sql.batch(*context_statements(message=message))
+    )
+
+
+def context_statements(*, message: Message) -> list[sql.Statement]:
+    """The reads of `context_of`, which need none of each other's results."""
     conversation = message.conversation
-    summaries, turns, plans, handoffs, facts, pending = sql.batch(
+    return [
         (LATEST_SUMMARY, [conversation.pk]),
         turns_statement(conversation_id=conversation.pk, before_id=message.pk),
         last_plan_statement(conversation_id=conversation.pk, before_id=message.pk),
         handoff_latest_statement(conversation_id=conversation.pk),
         facts_statement(owner_id=conversation.owner_id),
         pending_statement(conversation_id=conversation.pk, message_id=message.pk),
-    )
+    ]
+
+
+def context_of(
+    *, message: Message, attempt: int, found: list[list[tuple]]
+) -> tuple[ContextRefs, Context]:
+    """`context_assembled`, from the rows of `context_statements`."""
+    conversation = message.conversation
+    summaries, turns, plans, handoffs, facts, pending = found
     summary = summary_of(summaries, conversation_id=conversation.pk)
     pairs = turn_pairs(turns)
     checkpoint = (plans[0][0], sql.json_value(plans[0][1])) if plans else None

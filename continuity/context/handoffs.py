@@ -124,11 +124,13 @@ def handoff_after_interruption(*, run: Run, reason: str) -> Handoff:
     )
 
 
-def handoff_after_turn(*, run: Run, task_state: dict | None) -> Handoff | None:
+def handoff_after_turn(
+    *, run: Run, task_state: dict | None, latest: Handoff | None
+) -> Handoff | None:
     """End of a turn: a new version when the brain reports a changed task state, or when the
-    newest handoff still describes an interruption that this turn has now answered; nothing
-    when the sections would be the same. The caller holds the conversation's lock."""
-    latest = handoff_latest(conversation_id=run.conversation_id)
+    newest handoff (`latest`, read under the conversation's lock, which the caller holds)
+    still describes an interruption that this turn has now answered; nothing when the
+    sections would be the same."""
     sections = handoff_sections(latest)
     if task_state:
         sections.update({name: task_state[name] for name in SECTIONS if name in task_state})

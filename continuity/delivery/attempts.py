@@ -21,7 +21,12 @@ from django.db.models.functions import Now
 
 from .. import sql
 from ..context.assembly import PENDING, pending_params
-from ..context.handoffs import handoff_after_interruption, handoff_after_turn
+from ..context.handoffs import (
+    handoff_after_interruption,
+    handoff_after_turn,
+    handoff_latest_statement,
+    handoff_of,
+)
 from ..context.memory import memory_remember_all
 from ..errors import DATABASE_LOST, AttemptStopped, InvalidTransition
 from ..live.events import publish_message_changed
@@ -93,12 +98,14 @@ def attempt_begin(
     *,
     conversation_id: int,
     node: str = "",
-    on_begin: Callable[[Run, Message], object] | None = None,
+    reads: Callable[[Message], Sequence[sql.Statement]] | None = None,
+    on_begin: Callable[[Run, Message, list[list[tuple]]], object] | None = None,
 ) -> Run | None:
     """Start an attempt on the conversation's oldest pending message, or None when there is
     nothing to do now (paused, backing off, empty, or another live attempt holds the lease).
     `on_begin` runs in the same transaction, with the lease held: what it stores commits with
-    the attempt counter (one commit fewer per message)."""
+    the attempt counter (one commit fewer per message). It is given the rows of the `reads`
+    of the message, which run in the round trip that opens the attempt."""
     with transaction.atomic():
         locked, next_up = sql.batch(
             conversation_lock_statement(conversation_id), lease_and_next_statement(conversation_id)
@@ -110,9 +117,15 @@ def attempt_begin(
         if leased or conversation.backing_off:
             message = None
         if message is not None:
-            run = attempt_open(conversation=conversation, message=message, node=node)
+            message.conversation = conversation
+            run, read = attempt_open(
+                conversation=conversation,
+                message=message,
+                node=node,
+                reads=reads(message) if reads is not None else (),
+            )
             if on_begin is not None:
-                on_begin(run, message)
+                on_begin(run, message, read)
             transaction.on_commit(
                 lambda: publish_message_changed(
                     conversation_id=conversation_id, message_id=message.pk
@@ -162,8 +175,15 @@ def lease_and_next(found: list[tuple], *, conversation_id: int) -> tuple[bool, M
     return bool(leased), message
 
 
-def attempt_open(*, conversation: Conversation, message: Message, node: str) -> Run:
-    """With the conversation locked: count the attempt on the message and take the lease."""
+def attempt_open(
+    *,
+    conversation: Conversation,
+    message: Message,
+    node: str,
+    reads: Sequence[sql.Statement] = (),
+) -> tuple[Run, list[list[tuple]]]:
+    """With the conversation locked: count the attempt on the message and take the lease, and
+    run `reads` in the same round trip. The run, and the rows of `reads`."""
     attempt = message.attempts + 1
     run_insert, written = sql.insert_statement(
         Run,
@@ -178,12 +198,12 @@ def attempt_open(*, conversation: Conversation, message: Message, node: str) -> 
     counted = message_bump_statement(
         message_id=message.pk, attempts=attempt, state=Message.State.PROCESSING
     )
-    _, opened = sql.batch(counted, run_insert)
+    _, opened, *read = sql.batch(counted, run_insert, *reads)
     message.attempts, message.state = attempt, Message.State.PROCESSING
     message.conversation = conversation
     run = sql.inserted(Run, opened, written)
     run.conversation, run.message = conversation, message
-    return run
+    return run, read
 
 
 def run_owns(run: Run, *, lock: str = "") -> sql.Statement:
@@ -227,13 +247,15 @@ def reply_store(
     error: str = "",
     stopped: bool = False,
     first: Sequence[sql.Statement] = (),
+    then: Sequence[sql.Statement] = (),
     follow_up: bool = True,
-) -> tuple[Message, bool]:
+) -> tuple[Message, bool, list[list[tuple]]]:
     """Inside the caller's transaction, in one round trip: lock the conversation (clearing
     its backoff), run `first` (fenced writes of the attempt), end the run in `run_state`,
     store `text` as the reply, mark the message done and let the conversation's next queued
     message go on: a drain is sent for it once the transaction commits, unless the caller
-    answers it itself (`follow_up` False). The reply, and whether more messages wait.
+    answers it itself (`follow_up` False). `then`: reads run last, under the lock. The reply,
+    whether more messages wait, and the rows of `then`.
 
     Ending the run is the fence: an attempt that no longer owns the message stores nothing
     (the reply is stored only once the run has ended in `run_state`, and the caller's
@@ -253,7 +275,7 @@ def reply_store(
         reply_to_id=run.message_id,
         stopped=stopped,
     )
-    _, *firsts, ended, stored, ((more_pending,),) = sql.batch(
+    found = sql.batch(
         (
             f"UPDATE continuity_conversation SET retry_at = NULL, updated_at = {now} "
             "WHERE id = %s RETURNING id",
@@ -272,7 +294,10 @@ def reply_store(
             [Message.State.DONE, run.message_id]
             + [*pending_params(run.conversation_id), run.message_id],
         ),
+        *then,
     )
+    _, *firsts, ended, stored, ((more_pending,),) = found[: len(found) - len(then)]
+    thens = found[len(found) - len(then) :]
     fence_held(run, *firsts, ended)
     if more_pending and follow_up:
         conversation_enqueue(conversation_id=run.conversation_id)
@@ -281,7 +306,7 @@ def reply_store(
             conversation_id=run.conversation_id, message_id=run.message_id
         )
     )
-    return sql.inserted(Message, stored, written), bool(more_pending)
+    return sql.inserted(Message, stored, written), bool(more_pending), thens
 
 
 def run_lock_owned(run: Run) -> None:
@@ -311,18 +336,19 @@ def attempt_finish(
     if remembered is not None:
         first.append(checkpoint_insert(run=run, name="remember", output={"facts": remembered}))
     with transaction.atomic():
-        _, more_pending = reply_store(
+        _, more_pending, (latest_handoff,) = reply_store(
             run=run,
             text=reply_text,
             run_state=Run.State.COMPLETED,
             first=first,
+            then=[handoff_latest_statement(conversation_id=run.conversation_id)],
             follow_up=follow_up,
         )
         if remembered:
             memory_remember_all(
                 owner_id=run.conversation.owner_id, message_id=run.message_id, facts=remembered
             )
-        handoff_after_turn(run=run, task_state=task_state)
+        handoff_after_turn(run=run, task_state=task_state, latest=handoff_of(latest_handoff))
     fault_point("after_reply_committed")
     return more_pending and not follow_up
 
@@ -449,7 +475,7 @@ def reply_stop(*, message: Message) -> Message:
         if run is None:
             raise InvalidTransition(f"No reply is being written to message {message.pk}.")
         written = run.reply_chunks.order_by("seq").values_list("text", flat=True)
-        reply, _ = reply_store(
+        reply, _, _ = reply_store(
             run=run,
             text="".join(written),
             run_state=Run.State.STOPPED,

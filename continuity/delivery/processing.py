@@ -23,6 +23,8 @@ from ..brains import Brain, Context, brain_load
 from ..context.assembly import (
     ContextRefs,
     context_assembled,
+    context_of,
+    context_statements,
     context_tokens,
     run_context_store,
 )
@@ -66,18 +68,23 @@ def drain_one(*, conversation_id: int, node: str, turn_ends: float) -> bool:
     next one (the reply was stored, more wait, and no follow-up task was sent for them)."""
     begun: dict = {}
 
-    def prepare(run: Run, message: Message) -> None:
+    def prepare(run: Run, message: Message, read: list[list[tuple]]) -> None:
         # A brain that cannot load is this worker's fault, not the message's: it fails here,
         # and the attempt is rolled back with it.
         begun["brain"] = brain_load(message.conversation.brain)
         begun["stored"] = checkpoints_stored(run=run, message=message)
-        begun["context"] = context_prepare(run=run, message=message)
+        begun["context"] = context_prepare(run=run, message=message, read=read)
         # The run's row took its heartbeat when it was inserted, and this transaction may have
         # run long since (a brain's first import takes a second): without a live key, a sweep
         # right after the commit, before the heartbeat starts, would take the run for dead.
         key_refresh(run_key(run.pk))
 
-    run = attempt_begin(conversation_id=conversation_id, node=node, on_begin=prepare)
+    run = attempt_begin(
+        conversation_id=conversation_id,
+        node=node,
+        reads=lambda message: context_statements(message=message),
+        on_begin=prepare,
+    )
     if run is None:
         return False
     return attempt_execute(run=run, turn_ends=turn_ends, **begun)
@@ -229,11 +236,11 @@ def steps_run(
     return context, reply, brain.task_state(context, plan, reply), remembered
 
 
-def context_prepare(*, run: Run, message: Message) -> Context | None:
-    """Inside the transaction that begins the attempt: assemble and store its context, or None
-    when it needs compacting first (the brain's summary is a slow call, made outside any
-    transaction, by `context_assemble`)."""
-    refs, context = context_assembled(message=message, attempt=run.attempt)
+def context_prepare(*, run: Run, message: Message, read: list[list[tuple]]) -> Context | None:
+    """Inside the transaction that begins the attempt: assemble (from the rows `read` by
+    `context_statements`) and store its context, or None when it needs compacting first (the
+    brain's summary is a slow call, made outside any transaction, by `context_assemble`)."""
+    refs, context = context_of(message=message, attempt=run.attempt, found=read)
     tokens = context_tokens(context)
     if compaction_candidates(refs=refs, tokens=tokens):
         return None
