@@ -16,7 +16,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TypeVar
 
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connections
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
 from django.db.models import NOT_PROVIDED, Model
 from django.utils import timezone
@@ -41,6 +42,13 @@ def planned_per_run(text: str) -> str:
     return text
 
 
+def _db() -> BaseDatabaseWrapper:
+    """The default database's connection of this thread. Looked up once per call here: each
+    attribute read through `django.db.connection` looks it up again (a tenth of a drain's CPU
+    went to those lookups)."""
+    return connections[DEFAULT_DB_ALIAS]
+
+
 def cursor() -> CursorWrapper:
     """On PostgreSQL, a cursor that binds values on the server, so each statement here is
     prepared once per connection (the settings' `prepare_threshold`) and then only executed:
@@ -48,16 +56,21 @@ def cursor() -> CursorWrapper:
     (except those `planned_per_run`). The ORM's cursors bind on the client and are never
     prepared. Wrapped like Django's own cursors: database errors become Django's, and execute
     wrappers (statement counts) see every statement."""
-    if connection.vendor != "postgresql":
-        return connection.cursor()
-    connection.close_if_health_check_failed()
-    connection.ensure_connection()
-    connection.validate_thread_sharing()
-    with connection.wrap_database_errors:
-        bound = _server_binding_cursor()(connection.connection)
-    if connection.queries_logged:
-        return LoggedCursor(bound, connection)
-    return connection.make_cursor(bound)
+    db = _db()
+    if db.vendor != "postgresql":
+        return db.cursor()
+    db.close_if_health_check_failed()
+    db.ensure_connection()
+    db.validate_thread_sharing()
+    return _bound_cursor(db)
+
+
+def _bound_cursor(db: BaseDatabaseWrapper) -> CursorWrapper:
+    with db.wrap_database_errors:
+        bound = _server_binding_cursor()(db.connection)
+    if db.queries_logged:
+        return LoggedCursor(bound, db)
+    return db.make_cursor(bound)
 
 
 @functools.cache
@@ -108,36 +121,37 @@ def batch(*statements: Statement) -> list[list[tuple]]:
     runs them one after the other as usual: each later one sees what the earlier ones did,
     and a statement that waits for a lock holds back those behind it. The first that fails
     raises, and the server skips the rest."""
-    if connection.vendor != "postgresql":
+    db = _db()
+    if db.vendor != "postgresql":
         return [rows(*statement) for statement in statements]
-    cursors = [cursor() for _ in statements]
+    cursors = [cursor()] + [_bound_cursor(db) for _ in statements[1:]]
     try:
-        with connection.wrap_database_errors, connection.connection.pipeline():
+        with db.wrap_database_errors, db.connection.pipeline():
             for each, (text, params) in zip(cursors, statements, strict=True):
                 each.execute(text, params)
         found = [each.fetchall() for each in cursors]
     finally:
         for each in cursors:
             each.close()
-    if connection.queries_logged:  # for counts of round trips (the bench)
+    if db.queries_logged:  # for counts of round trips (the bench)
         number = next(_batches)
-        for entry in list(connection.queries_log)[-len(statements) :]:
+        for entry in list(db.queries_log)[-len(statements) :]:
             entry["batch"] = number
     return found
 
 
 def for_update() -> str:
     """A row lock, where the database has them (SQLite locks the whole database instead)."""
-    return " FOR UPDATE" if connection.features.has_select_for_update else ""
+    return " FOR UPDATE" if _db().features.has_select_for_update else ""
 
 
 def for_share() -> str:
-    return " FOR SHARE" if connection.features.has_select_for_update else ""
+    return " FOR SHARE" if _db().features.has_select_for_update else ""
 
 
 def db_now() -> str:
     """The database's clock, as Django's `Now()` writes it: hosts with skewed clocks agree."""
-    if connection.vendor == "postgresql":
+    if _db().vendor == "postgresql":
         return "STATEMENT_TIMESTAMP()"
     return "STRFTIME('%%Y-%%m-%%d %%H:%%M:%%f', 'NOW')"
 
@@ -161,7 +175,7 @@ def instance(model: type[M], **values: object) -> M:
     """A model instance loaded with these values (by attname), as a query would load it: the
     fields not given are deferred and load on access, never left at their defaults."""
     given = [field.attname for field in model._meta.concrete_fields if field.attname in values]
-    return model.from_db(connection.alias, given, [values[name] for name in given])
+    return model.from_db(DEFAULT_DB_ALIAS, given, [values[name] for name in given])
 
 
 def insert_statement(
@@ -171,6 +185,7 @@ def insert_statement(
     defaults, auto_now, each value prepared by its field), returning its id, and the values it
     writes. Values by attname; a field with a database default is left to the database.
     `where`: a condition the row is stored under; when it fails, nothing is stored or returned."""
+    db = _db()
     now = timezone.now()
     columns, params, written = [], [], {}
     for field in model._meta.concrete_fields:
@@ -183,8 +198,8 @@ def insert_statement(
             value = now
         else:
             value = field.get_default()
-        columns.append(connection.ops.quote_name(field.column))
-        params.append(field.get_db_prep_save(value, connection))
+        columns.append(db.ops.quote_name(field.column))
+        params.append(field.get_db_prep_save(value, db))
         written[name] = value
     placeholders = ", ".join(["%s"] * len(columns))
     source = f"VALUES ({placeholders})"

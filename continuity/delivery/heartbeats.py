@@ -116,12 +116,15 @@ class RunHeartbeat:
     """Keeps a run alive while it works; sets `stopped` once another party has ended the run
     (watchdog, planned shutdown): the attempt is fenced off and must stop."""
 
-    def __init__(self, run_id: int) -> None:
+    def __init__(self, run_id: int, *, key_written: bool = False) -> None:
+        """`key_written`: the caller has just written the run's Redis key."""
         self.run_id = run_id
+        self.key_written = key_written
         self.stopped = threading.Event()
 
     def __enter__(self) -> RunHeartbeat:
-        key_refresh(run_key(self.run_id))
+        if not self.key_written:
+            key_refresh(run_key(self.run_id))
         run_beats().add(self)
         return self
 

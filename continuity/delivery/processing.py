@@ -116,7 +116,8 @@ def attempt_execute(
     the reply was stored and more messages wait, left to the caller: the drain's turn
     (`turn_ends`, on the monotonic clock) had not ended when the reply was stored."""
     answered = more_pending = False
-    with RunHeartbeat(run.pk) as heartbeat:
+    # The run's key was written as the attempt began (`drain_one`), a moment ago.
+    with RunHeartbeat(run.pk, key_written=True) as heartbeat:
         try:
             context, reply_text, task_state, remembered = steps_run(
                 run=run, brain=brain, stopped=heartbeat.stopped, stored=stored, context=context

@@ -107,7 +107,8 @@ class Publisher:
                 continue
             try:
                 # A little over the socket timeouts, which end the send first in most cases.
-                await asyncio.wait_for(self.layer.group_send(group, event), self.timeout * 2)
+                async with asyncio.timeout(self.timeout * 2):
+                    await self.layer.group_send(group, event)
             except PUBLISH_ERRORS:
                 self.paused_until = time.monotonic() + settings.CONTINUITY_PUBLISH_PAUSE_SECONDS
                 logger.warning(
