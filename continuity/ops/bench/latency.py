@@ -136,7 +136,8 @@ def cost_figures(name: str, costs: list[Cost]) -> list[Figure]:
 def latency_notes(plan: Plan) -> list[str]:
     return [
         f"{plan.latency_messages} messages per repetition in one conversation, each sent once "
-        "the previous reply was committed; replies are seen by polling the database every 3 ms.",
+        "the previous reply was committed; replies are seen by polling the database every 1 ms "
+        "(one prepared statement a poll).",
         "Counts: one steady-state message (the conversation's third or later; no facts stated), "
         "run in the bench process. Transactions: each `atomic` block that ran statements, plus "
         "each statement outside one (autocommit). Round trips: statements plus BEGIN and COMMIT.",
