@@ -71,10 +71,9 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
         await self.send_json({"type": "status", "html": await self.render_status()})
 
     async def message_changed(self, event: dict) -> None:
-        _, html = await self.render(None, [event["message_id"]])
+        html, status = await self.render_changed(event["message_id"])
         await self.send_json({"type": "exchanges", "html": html})
-        # A failed or interrupted attempt starts a backoff (or pauses): the status shows it.
-        await self.send_json({"type": "status", "html": await self.render_status()})
+        await self.send_json({"type": "status", "html": status})
 
     async def branch_changed(self, event: dict) -> None:
         """Exchanges hidden by a new version or a switch are sent empty and hidden (the page
@@ -117,20 +116,29 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
         return Conversation.objects.filter(owner=user, pk=conversation_id).first()
 
     @database_sync_to_async
-    def render(self, after: int | None, message_ids: list[int]) -> tuple[int, str]:
-        """The newest message id at the start (the browser has everything up to it once it has
-        this rendering), and the exchanges asked for plus every one after `after`."""
-        up_to = newest_message_id(self.conversation)
-        wanted = set(message_ids)
+    def render(self, after: int | None, message_ids: list[int]) -> tuple[int | None, str]:
+        """With `after`, the newest message id at the start (the browser has everything up to
+        it once it has this rendering); and the exchanges asked for plus every one after
+        `after`."""
+        up_to, wanted = None, set(message_ids)
         if after is not None:
+            up_to = newest_message_id(self.conversation)
             wanted |= set(
                 self.conversation.messages.filter(pk__gt=after).values_list("pk", flat=True)
             )
-        html = "".join(
+        return up_to, self.exchanges_html(wanted)
+
+    @database_sync_to_async
+    def render_changed(self, message_id: int) -> tuple[str, str]:
+        """The exchange of a changed message, and the status: a failed or interrupted attempt
+        starts a backoff (or pauses), a new attempt ends it. In one hop to a thread."""
+        return self.exchanges_html({message_id}), self.status_html()
+
+    def exchanges_html(self, message_ids: set[int]) -> str:
+        return "".join(
             render_to_string(f"{PAGE}#exchange", {"exchange": exchange})
-            for exchange in exchanges_of(self.conversation, message_ids=wanted)
+            for exchange in exchanges_of(self.conversation, message_ids=message_ids)
         )
-        return up_to, html
 
     @database_sync_to_async
     def branch_stamp(self) -> int:
@@ -143,6 +151,9 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
 
     @database_sync_to_async
     def render_status(self) -> str:
+        return self.status_html()
+
+    def status_html(self) -> str:
         self.conversation.refresh_from_db()
         return render_to_string(f"{PAGE}#status", conversation_status(self.conversation))
 
