@@ -117,7 +117,7 @@ def attempt_begin(
         if leased or conversation.backing_off:
             message = None
         if message is not None:
-            message.conversation = conversation
+            message.conversation = conversation  # the reads need its owner
             run, read = attempt_open(
                 conversation=conversation,
                 message=message,
@@ -200,7 +200,6 @@ def attempt_open(
     )
     _, opened, *read = sql.batch(counted, run_insert, *reads)
     message.attempts, message.state = attempt, Message.State.PROCESSING
-    message.conversation = conversation
     run = sql.inserted(Run, opened, written)
     run.conversation, run.message = conversation, message
     return run, read

@@ -27,14 +27,18 @@ def run(conversation, settings) -> Run:
     return attempt_begin(conversation_id=conversation.pk)
 
 
+def wait_for_beat(run: Run, *, after) -> None:
+    wait_for(
+        lambda: Run.objects.get(pk=run.pk).heartbeat_at > after,
+        timeout=5,
+        what=f"a heartbeat of run {run.pk} on its row",
+    )
+
+
 def test_a_live_attempt_refreshes_its_row_and_its_redis_key(run):
     before = run.heartbeat_at
     with RunHeartbeat(run.pk) as heartbeat:
-        wait_for(
-            lambda: Run.objects.get(pk=run.pk).heartbeat_at > before,
-            timeout=5,
-            what="a heartbeat on the row",
-        )
+        wait_for_beat(run, after=before)
         assert keys_alive([run_key(run.pk)]) == {run_key(run.pk)}
         assert not heartbeat.stopped.is_set()
     assert keys_alive([run_key(run.pk)]) == set()  # a finished attempt leaves no key behind
@@ -89,11 +93,7 @@ def test_the_redis_key_is_refreshed_while_the_database_is_away(run):
             redis_client().delete(key)  # only a beat during the outage can bring it back
             wait_for(lambda: keys_alive([key]), timeout=5, what="a beat during the outage")
             written = Run.objects.get(pk=run.pk).heartbeat_at
-        wait_for(
-            lambda: Run.objects.get(pk=run.pk).heartbeat_at > written,
-            timeout=5,
-            what="the row to be written again once the database is back",
-        )
+        wait_for_beat(run, after=written)  # once the database is back
         assert not heartbeat.stopped.is_set()
 
 
@@ -109,11 +109,7 @@ def test_a_heartbeat_that_breaks_unexpectedly_stops_its_attempt_and_no_other(run
     # The process's heartbeat thread lives on for the next attempt.
     before = Run.objects.get(pk=run.pk).heartbeat_at
     with RunHeartbeat(run.pk) as heartbeat:
-        wait_for(
-            lambda: Run.objects.get(pk=run.pk).heartbeat_at > before,
-            timeout=5,
-            what="the next attempt's heartbeat",
-        )
+        wait_for_beat(run, after=before)
         assert not heartbeat.stopped.is_set()
 
 
@@ -126,11 +122,7 @@ def test_runs_beat_one_interval_after_they_start_whatever_the_thread_waited_for(
     settings.CONTINUITY_HEARTBEAT_SECONDS = 0.1
     before = Run.objects.get(pk=run.pk).heartbeat_at
     with RunHeartbeat(run.pk):
-        wait_for(
-            lambda: Run.objects.get(pk=run.pk).heartbeat_at > before,
-            timeout=5,
-            what="a heartbeat on the row",
-        )
+        wait_for_beat(run, after=before)
 
 
 def test_attempt_begin_asks_redis_before_it_locks_the_conversation(run, monkeypatch):

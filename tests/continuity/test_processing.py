@@ -52,15 +52,21 @@ def test_a_second_drain_of_a_finished_message_adds_nothing(conversation):
     assert Run.objects.count() == 1
 
 
+def drains_sent_from_now(monkeypatch) -> list[dict]:
+    """The drain tasks sent from now on (recorded, not sent: the test drains by hand)."""
+    from continuity.delivery import inbox
+
+    sent: list[dict] = []
+    monkeypatch.setattr(inbox, "drain_send", lambda **kwargs: sent.append(kwargs))
+    return sent
+
+
 def test_a_drain_answers_its_conversations_queue_in_order_without_a_task_each(
     conversation, settings, monkeypatch
 ):
     settings.CONTINUITY_DRAIN_TURN_SECONDS = 60
     sent = [send(conversation, f"note number {i}") for i in range(3)]
-    from continuity.delivery import inbox
-
-    drains = []
-    monkeypatch.setattr(inbox, "drain_send", lambda **kwargs: drains.append(kwargs))
+    drains = drains_sent_from_now(monkeypatch)
     drain_conversation(conversation_id=conversation.pk)
     replies = Message.objects.filter(role="assistant").order_by("id")
     assert [reply.reply_to_id for reply in replies] == [m.pk for m in sent]
@@ -73,10 +79,7 @@ def test_once_its_turn_is_over_a_drain_sends_the_next_message_to_the_back_of_the
     """Conversations take turns: a drain that has had its time answers no further message."""
     settings.CONTINUITY_DRAIN_TURN_SECONDS = 0
     sent = [send(conversation, f"note number {i}") for i in range(3)]
-    from continuity.delivery import inbox
-
-    drains = []
-    monkeypatch.setattr(inbox, "drain_send", lambda **kwargs: drains.append(kwargs))
+    drains = drains_sent_from_now(monkeypatch)
     for done in range(1, 4):
         drain_conversation(conversation_id=conversation.pk)
         replies = Message.objects.filter(role="assistant").order_by("id")
