@@ -59,11 +59,11 @@ class Command(BaseCommand):
         )
         add("--repetitions", type=int, help="Repetitions of each figure (default 3).")
         add("--clients", type=int, help="Concurrent websocket clients (default 200).")
-        add("--client-messages", type=int, help="Messages each client sends (default 1).")
+        add("--client-messages", type=int, help="Messages each client sends (default 10).")
         add(
             "--memory-messages",
             type=int,
-            help="Messages between the two memory readings (default 500).",
+            help="Messages between the two memory readings (default 10,000).",
         )
 
     def handle(self, *args, **options):
