@@ -149,13 +149,15 @@ def attempt_begin(
 def lease_and_next_statement(conversation_id: int) -> sql.Statement:
     """Whether a live attempt holds the conversation's lease, and its oldest pending message.
     A statement of its own, run after the lock's: a subquery of the locking statement would
-    read a snapshot taken before the wait for the lock, missing a lease taken meanwhile."""
+    read a snapshot taken before the wait for the lock, missing a lease taken meanwhile. The
+    running state is written out, not bound: only then may a plan kept for every conversation
+    read the index of running runs (`run_one_running_per_conversation`), not every past run."""
     return (
-        "SELECT EXISTS (SELECT 1 FROM continuity_run WHERE conversation_id = %s AND state = %s), "
-        "m.id, m.text, m.attempts, m.interruptions "
+        "SELECT EXISTS (SELECT 1 FROM continuity_run WHERE conversation_id = %s "
+        f"AND state = '{Run.State.RUNNING}'), m.id, m.text, m.attempts, m.interruptions "
         "FROM (SELECT 1) AS one LEFT JOIN continuity_message AS m ON m.id = ("
         f"SELECT id FROM continuity_message WHERE {PENDING} ORDER BY id LIMIT 1)",
-        [conversation_id, Run.State.RUNNING, *pending_params(conversation_id)],
+        [conversation_id, *pending_params(conversation_id)],
     )
 
 

@@ -254,15 +254,16 @@ def test_a_database_outage_gives_the_attempt_back_with_a_backoff(conversation):
     assert retry_wait(conversation) == pytest.approx(timedelta(seconds=5), abs=timedelta(seconds=2))
 
 
-def test_every_hot_path_statement_finds_a_conversations_messages_through_an_index(
+def test_every_hot_path_statement_finds_a_conversations_rows_through_an_index(
     conversation, settings
 ):
     """The engine's statements are prepared once per connection, and after five runs
     PostgreSQL may keep one plan for every value. Such a plan must still reach a
-    conversation's messages through an index: one that walked the message table's primary key,
-    past every other conversation's messages, took 150 ms at 150,000 messages. Statements whose
-    good plan depends on their values are planned at every run (`sql.planned_per_run`): their
-    plan for these values is checked instead."""
+    conversation's messages and runs through an index made for the lookup: one that walked the
+    message table's primary key, past every other conversation's messages, took 150 ms at
+    150,000 messages; one that read every past run of the conversation to find the running one
+    would grow with its length. Statements whose good plan depends on their values are planned
+    at every run (`sql.planned_per_run`): their plan for these values is checked instead."""
     from django.db import connection
 
     from continuity import sql
@@ -271,6 +272,9 @@ def test_every_hot_path_statement_finds_a_conversations_messages_through_an_inde
 
     settings.CONTINUITY_BUILTIN_TOKEN_DELAY = 0
     busy = ConversationFactory()
+    send(conversation, "first")
+    drain_conversation(conversation_id=conversation.pk)
+    first_run = Run.objects.get(conversation=conversation)
     with connection.cursor() as cursor:
         cursor.execute(
             "INSERT INTO continuity_message (conversation_id, role, text, state, attempts, "
@@ -278,9 +282,14 @@ def test_every_hot_path_statement_finds_a_conversations_messages_through_an_inde
             "'done', 1, 0, 1, false, now(), now() FROM generate_series(1, 20000)",
             [busy.pk],
         )
+        cursor.execute(
+            "INSERT INTO continuity_run (conversation_id, message_id, attempt, state, node, "
+            "incarnation, worker, error, traceback) SELECT %s, %s, 1, 'completed', '', '', '', "
+            "'', '' FROM generate_series(1, 20000)",
+            [conversation.pk, first_run.message_id],
+        )
         cursor.execute("ANALYZE continuity_message")
-    send(conversation, "first")
-    drain_conversation(conversation_id=conversation.pk)
+        cursor.execute("ANALYZE continuity_run")
     send(conversation, "second")  # it has a turn before it, and that turn's plan
     engine_statements = []
 
@@ -292,15 +301,25 @@ def test_every_hot_path_statement_finds_a_conversations_messages_through_an_inde
     with connection.execute_wrapper(capture):
         drain_conversation(conversation_id=conversation.pk)
     assert Message.objects.filter(conversation=conversation, role="assistant").count() == 2
-    reads = [(text, params) for text, params in engine_statements if "continuity_message" in text]
+    reads = [
+        (text, params)
+        for text, params in engine_statements
+        if "continuity_message" in text or "continuity_run " in text
+    ]
     assert any(text in sql._planned_per_run for text, _ in reads)
     assert any(text not in sql._planned_per_run for text, _ in reads)
+    run_indexes = ("continuity_run_pkey", "run_one_running_per_conversation")
     for text, params in reads:
         plan = statement_plan(text, params, generic=text not in sql._planned_per_run)
+        shown = "\n".join(plan)
+        assert "Seq Scan on continuity_message" not in shown, shown
+        assert "Seq Scan on continuity_run" not in shown, shown
         for line, below in itertools.pairwise([*plan, ""]):
             if "using continuity_message_pkey" in line:
                 # Only a lookup of one message by its id.
-                assert below.strip().startswith("Index Cond: (id = "), "\n".join(plan)
+                assert below.strip().startswith("Index Cond: (id = "), shown
+            if " on continuity_run " in line and "Scan" in line:
+                assert any(f"using {index} " in line for index in run_indexes), shown
 
 
 def statement_plan(text: str, params, *, generic: bool) -> list[str]:
