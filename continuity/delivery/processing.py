@@ -44,7 +44,8 @@ from .attempts import (
     run_lock_owned,
 )
 from .heartbeats import RunHeartbeat, key_refresh, run_key
-from .inbox import title_from_text
+from .inbox import conversation_enqueue, title_from_text
+from .workers import worker_stopping
 
 logger = logging.getLogger(__name__)
 # Failures that the same input will hit again on every retry: dead-letter at once.
@@ -60,7 +61,12 @@ def drain_conversation(*, conversation_id: int, node: str = "") -> None:
     gives it back to the queue, as it does during one."""
     turn_ends = time.monotonic() + settings.CONTINUITY_DRAIN_TURN_SECONDS
     while drain_one(conversation_id=conversation_id, node=node, turn_ends=turn_ends):
-        pass
+        # More wait, and no drain was sent for them: answer the next one here, unless the turn
+        # ran out since the reply was stored (the title took it) or a planned shutdown of this
+        # worker began (it hands over the attempts it has, and must not start another).
+        if time.monotonic() >= turn_ends or worker_stopping(node):
+            conversation_enqueue(conversation_id=conversation_id)
+            return
 
 
 def drain_one(*, conversation_id: int, node: str, turn_ends: float) -> bool:

@@ -21,7 +21,7 @@ from ..live.events import publisher_flush
 from .heartbeats import WorkerHeartbeat
 from .inbox import drain_received
 from .recovery import runs_interrupt, worker_start_scan
-from .workers import incarnation_begin, worker_announce, worker_stopped
+from .workers import incarnation_begin, worker_announce, worker_stopped, worker_stopping_mark
 
 logger = logging.getLogger(__name__)
 SHUTDOWN_HANDOFF_SECONDS = 15
@@ -76,6 +76,7 @@ def on_worker_shutting_down(sender, sig=None, how=None, **kwargs) -> None:
     # with its own connection, and bound the wait, so neither a dead database nor a held lock
     # can keep the process from exiting.
     def interrupt() -> None:
+        worker_stopping_mark(node=sender)  # first: no attempt may begin after the handover
         try:
             count = runs_interrupt(node=sender)
             logger.info(

@@ -12,10 +12,11 @@ import os
 import socket
 import uuid
 
+import redis
 from django.db.models.functions import Now
 
 from ..models import Worker
-from .heartbeats import key_delete, key_refresh, keys_alive, worker_key
+from .heartbeats import key_delete, key_refresh, keys_alive, redis_client, worker_key
 
 logger = logging.getLogger(__name__)
 _incarnation = ""
@@ -30,6 +31,31 @@ def incarnation_begin() -> str:
 
 def current_incarnation() -> str:
     return _incarnation
+
+
+STOPPING_SECONDS = 3600
+
+
+def stopping_key(node: str) -> str:
+    return f"continuity:worker:{node}:{current_incarnation()}:stopping"
+
+
+def worker_stopping_mark(*, node: str) -> None:
+    """A planned shutdown of this start of the node began: its pool processes begin no further
+    attempt (a drain's turn would otherwise go on after the handover of its attempts)."""
+    try:
+        redis_client().set(stopping_key(node), "1", ex=STOPPING_SECONDS)
+    except redis.RedisError:
+        logger.warning("Shutdown of worker %s not marked: Redis unavailable", node)
+
+
+def worker_stopping(node: str) -> bool:
+    """Whether a planned shutdown of this start of the node began (False when Redis cannot
+    say: the handover then catches the attempt, or the watchdog does)."""
+    try:
+        return bool(redis_client().exists(stopping_key(node)))
+    except redis.RedisError:
+        return False
 
 
 def process_gone(worker: str) -> bool:

@@ -88,6 +88,39 @@ def test_once_its_turn_is_over_a_drain_sends_the_next_message_to_the_back_of_the
     assert drains == [{"conversation_id": conversation.pk}] * 2
 
 
+def test_a_drain_whose_turn_ran_out_in_the_title_sends_the_next_message_to_the_queue(
+    conversation, settings, monkeypatch
+):
+    from continuity.delivery import processing
+
+    settings.CONTINUITY_DRAIN_TURN_SECONDS = 0.2
+    sent = [send(conversation, f"note number {i}") for i in range(2)]
+    drains = drains_sent_from_now(monkeypatch)
+    # The first reply is titled by the brain: a model may take its time.
+    monkeypatch.setattr(processing, "conversation_title", lambda **kwargs: time.sleep(0.3))
+    drain_conversation(conversation_id=conversation.pk)
+    assert [m.reply_to_id for m in Message.objects.filter(role="assistant")] == [sent[0].pk]
+    assert drains == [{"conversation_id": conversation.pk}]
+
+
+def test_a_drain_of_a_worker_that_began_a_planned_shutdown_begins_no_further_message(
+    conversation, settings, monkeypatch
+):
+    from continuity.delivery.workers import worker_stopping_mark
+
+    settings.CONTINUITY_DRAIN_TURN_SECONDS = 60
+    node = f"stopping-{uuid.uuid4().hex[:8]}@test"
+    sent = [send(conversation, f"note number {i}") for i in range(3)]
+    drains = drains_sent_from_now(monkeypatch)
+    worker_stopping_mark(node=node)
+    drain_conversation(conversation_id=conversation.pk, node=node)
+    # The attempt under way finishes (the handover would have interrupted it), no other begins.
+    assert [m.reply_to_id for m in Message.objects.filter(role="assistant")] == [sent[0].pk]
+    assert drains == [{"conversation_id": conversation.pk}]
+    drain_conversation(conversation_id=conversation.pk, node="another-worker@test")
+    assert Message.objects.filter(role="assistant").count() == 3
+
+
 def test_the_database_refuses_a_second_reply_to_one_message(conversation):
     message = send(conversation, "hello")
     drain_conversation(conversation_id=conversation.pk)
