@@ -3,6 +3,7 @@ and mirror it on their database row. The row survives a Redis restart; the key a
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -161,7 +162,8 @@ class RunBeats:
         self._changed = threading.Condition()
         self._due: dict[RunHeartbeat, float] = {}
         self._beating: RunHeartbeat | None = None
-        threading.Thread(target=self._loop, name="heartbeat-runs", daemon=True).start()
+        self.thread = threading.Thread(target=self._loop, name="heartbeat-runs", daemon=True)
+        self.thread.start()
 
     def add(self, heartbeat: RunHeartbeat) -> None:
         with self._changed:
@@ -179,24 +181,27 @@ class RunBeats:
             heartbeat = self._next_due()
             if heartbeat is None:
                 # Idle: the thread's database connection is not kept open between attempts.
-                connection.close()
+                with contextlib.suppress(DatabaseError, InterfaceError):
+                    connection.close()
                 with self._changed:
                     self._changed.wait_for(lambda: self._due)
                 continue
+            alive = False
             try:
                 alive = heartbeat.beat()
             except Exception:
                 # A heartbeat that died silently would let its attempt run on unfenced.
                 logger.exception("Heartbeat of run %s failed; stopping it", heartbeat.run_id)
-                alive = False
-            with self._changed:
-                self._beating = None
-                if not alive:
-                    heartbeat.stopped.set()
-                    self._due.pop(heartbeat, None)
-                elif heartbeat in self._due:
-                    self._due[heartbeat] = time.monotonic() + settings.CONTINUITY_HEARTBEAT_SECONDS
-                self._changed.notify_all()
+            finally:
+                with self._changed:
+                    self._beating = None
+                    if not alive:
+                        heartbeat.stopped.set()
+                        self._due.pop(heartbeat, None)
+                    elif heartbeat in self._due:
+                        interval = settings.CONTINUITY_HEARTBEAT_SECONDS
+                        self._due[heartbeat] = time.monotonic() + interval
+                    self._changed.notify_all()
 
     def _next_due(self) -> RunHeartbeat | None:
         """Once its beat is due, the run that is due first, marked as beating; None when no
@@ -218,10 +223,11 @@ _run_beats: tuple[int, RunBeats] | None = None
 
 def run_beats() -> RunBeats:
     """This process's run heartbeats. Keyed by pid: a prefork child inherits the parent's
-    object but not its thread."""
+    object but not its thread (nor does anyone get a thread that died)."""
     global _run_beats
     with _run_beats_lock:
-        if _run_beats is None or _run_beats[0] != os.getpid():
+        stale = _run_beats is None or _run_beats[0] != os.getpid()
+        if stale or not _run_beats[1].thread.is_alive():
             _run_beats = (os.getpid(), RunBeats())
         return _run_beats[1]
 
