@@ -37,6 +37,14 @@ SELECT answer, %(conversation)s, 'assistant', format(%(answer_text)s, n, n), NUL
     0, 0, 1, question, false, NULL::bigint, now(), now() FROM turns
 ORDER BY 1
 """
+# Each question was answered by one attempt, whose run stays: the lease check of every new
+# attempt must not read them all.
+HISTORY_RUNS_SQL = """
+INSERT INTO {table} (conversation_id, message_id, attempt, state, node, incarnation, worker,
+    ended_at, error, traceback)
+SELECT conversation_id, id, 1, 'completed', 'history', '', '', now(), '', ''
+FROM {messages} WHERE conversation_id = %(conversation)s AND role = 'user'
+"""
 QUESTION = "History message %s: how is it going?"
 ANSWER = (
     "You said: “History message %s: how is it going?”. That's message %s of this "
@@ -96,9 +104,15 @@ def history_insert(conversation_id: int, *, turns: int) -> None:
                 "answer_text": ANSWER,
             },
         )
+        runs = connection.ops.quote_name(Run._meta.db_table)
+        cursor.execute(
+            HISTORY_RUNS_SQL.format(table=runs, messages=connection.ops.quote_name(table)),
+            {"conversation": conversation_id},
+        )
         # Now rather than by autovacuum in the middle of the measurements (it would start on
-        # so many new rows); the planner then also knows the table's new size.
+        # so many new rows); the planner then also knows the tables' new sizes.
         cursor.execute(f"VACUUM ANALYZE {connection.ops.quote_name(table)}")
+        cursor.execute(f"VACUUM ANALYZE {runs}")
 
 
 def assembly_time(message: Message) -> float:
@@ -176,7 +190,8 @@ def growth_notes(measured: dict[int, dict], plan: Plan) -> list[str]:
     )
     return [
         f"Per size: one conversation with that many prior messages (half questions, half "
-        f"replies, state done), then {plan.growth_messages} messages per repetition one at a "
+        f"replies, state done, and the completed run of each question), then "
+        f"{plan.growth_messages} messages per repetition one at a "
         "time through the worker (p50 shown), and context assembly of the last question "
         f"({plan.context_assemblies} per repetition, in the bench process; p50 shown).",
         f"Context given to the brain at the end: {shapes}.",
