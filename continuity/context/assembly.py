@@ -71,17 +71,13 @@ LAST_PLAN_SELECT = sql.planned_per_run(
 )
 
 
-# The user messages of a conversation that wait for their answer (queued, or being answered).
-# The role and states are written out, not bound: only then does a statement prepared once
-# for every conversation know it may read the small index of waiting messages
-# (`message_pending`), whose condition is the same.
+# The user messages of a conversation that wait for their answer (queued, or being answered);
+# its one value is the conversation's id. The role and states are written out, not bound: only
+# then does a statement prepared once for every conversation know it may read the small index
+# of waiting messages (`message_pending`), whose condition is the same.
 PENDING = "conversation_id = %s AND role = '{}' AND state IN ('{}', '{}')".format(
     Message.Role.USER, *Message.PENDING_STATES
 )
-
-
-def pending_params(conversation_id: int) -> list:
-    return [conversation_id]
 
 
 def turns_params(*, conversation_id: int, before_id: int) -> list:
@@ -147,7 +143,7 @@ def pending_statement(*, conversation_id: int, message_id: int) -> sql.Statement
     return (
         f"SELECT id, role, text FROM continuity_message WHERE {PENDING} AND id > %s "
         "ORDER BY id LIMIT %s",
-        [*pending_params(conversation_id), message_id, settings.CONTINUITY_HISTORY_TURNS],
+        [conversation_id, message_id, settings.CONTINUITY_HISTORY_TURNS],
     )
 
 

@@ -20,7 +20,7 @@ from django.db.models import DateTimeField, ExpressionWrapper, Model
 from django.db.models.functions import Now
 
 from .. import sql
-from ..context.assembly import PENDING, pending_params
+from ..context.assembly import PENDING
 from ..context.handoffs import (
     handoff_after_interruption,
     handoff_after_turn,
@@ -157,7 +157,7 @@ def lease_and_next_statement(conversation_id: int) -> sql.Statement:
         f"AND state = '{Run.State.RUNNING}'), m.id, m.text, m.attempts, m.interruptions "
         "FROM (SELECT 1) AS one LEFT JOIN continuity_message AS m ON m.id = ("
         f"SELECT id FROM continuity_message WHERE {PENDING} ORDER BY id LIMIT 1)",
-        [conversation_id, *pending_params(conversation_id)],
+        [conversation_id, conversation_id],
     )
 
 
@@ -292,8 +292,7 @@ def reply_store(
         (
             "UPDATE continuity_message SET version = version + 1, state = %s WHERE id = %s "
             f"RETURNING EXISTS (SELECT 1 FROM continuity_message WHERE {PENDING} AND id <> %s)",
-            [Message.State.DONE, run.message_id]
-            + [*pending_params(run.conversation_id), run.message_id],
+            [Message.State.DONE, run.message_id, run.conversation_id, run.message_id],
         ),
         *then,
     )
