@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import socket
 import time
 
@@ -15,6 +17,7 @@ from continuity.live.events import (
     publish_message_changed,
     publish_reply_chunk,
     publisher_close,
+    publisher_flush,
 )
 
 
@@ -78,3 +81,41 @@ def test_a_publish_never_waits_and_events_go_out_in_order():
         return [(await layer.receive(channel))["seq"] for _ in range(100)]
 
     assert async_to_sync(receive_all)() == list(range(1, 101))
+
+
+def test_every_page_of_a_conversation_gets_every_event_in_order():
+    layer = get_channel_layer()
+    pages = [async_to_sync(layer.new_channel)() for _ in range(2)]
+    for page in pages:
+        async_to_sync(layer.group_add)("conversation.78", page)
+    for seq in range(1, 51):
+        publish_reply_chunk(conversation_id=78, message_id=1, run_id=1, seq=seq, text=".")
+
+    async def receive_all(page: str) -> list[int]:
+        return [(await layer.receive(page))["seq"] for _ in range(50)]
+
+    for page in pages:
+        assert async_to_sync(receive_all)(page) == list(range(1, 51))
+
+
+def test_a_page_that_reads_nothing_keeps_only_as_many_events_as_its_capacity(settings):
+    layers = django_settings.CHANNEL_LAYERS
+    settings.CHANNEL_LAYERS = {
+        "default": {**layers["default"], "CONFIG": {**layers["default"]["CONFIG"], "capacity": 3}}
+    }
+    layer = get_channel_layer()
+    page = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.group_add)("conversation.79", page)
+    for seq in range(1, 6):
+        publish_reply_chunk(conversation_id=79, message_id=1, run_id=1, seq=seq, text=".")
+    publisher_flush(timeout=5)
+
+    async def receive_all() -> list[int]:
+        received = []
+        with contextlib.suppress(TimeoutError):
+            while True:
+                async with asyncio.timeout(0.5):
+                    received.append((await layer.receive(page))["seq"])
+        return received
+
+    assert async_to_sync(receive_all)() == [1, 2, 3]
