@@ -59,15 +59,19 @@ TURNS = (
     f"AND q.id > COALESCE((SELECT covers_through_id FROM ({LATEST_SUMMARY}) AS s), 0) "
     "AND q.id < %s"
 )
+# Each question with its reply and, on the newest question only, the checkpoint of its plan
+# step (the task state it left). Planned at each run: with two unknown bounds, a plan made for
+# any range of ids may walk the primary key through every other conversation's messages, and
+# PostgreSQL keeps such a plan when the conversation's own history looks longer.
 TURNS_SELECT = sql.planned_per_run(
     "SELECT q.id, q.role, q.text, "
     "(SELECT a.id FROM continuity_message AS a WHERE a.reply_to_id = q.id), "
-    "(SELECT a.text FROM continuity_message AS a WHERE a.reply_to_id = q.id) "
+    "(SELECT a.text FROM continuity_message AS a WHERE a.reply_to_id = q.id), "
+    "CASE WHEN q.id = MAX(q.id) OVER () THEN (SELECT c.id FROM continuity_checkpoint AS c "
+    "WHERE c.message_id = q.id AND c.step = 'plan') END, "
+    "CASE WHEN q.id = MAX(q.id) OVER () THEN (SELECT c.output FROM continuity_checkpoint AS c "
+    "WHERE c.message_id = q.id AND c.step = 'plan') END "
     f"FROM continuity_message AS q WHERE {TURNS} ORDER BY q.id"
-)
-LAST_PLAN_SELECT = sql.planned_per_run(
-    "SELECT id, output FROM continuity_checkpoint WHERE step = %s AND message_id = "
-    f"(SELECT MAX(q.id) FROM continuity_message AS q WHERE {TURNS})"
 )
 
 
@@ -103,10 +107,11 @@ def summary_of(found: list[tuple], *, conversation_id: int) -> Summary | None:
 
 
 def turns_statement(*, conversation_id: int, before_id: int) -> sql.Statement:
-    """Each question with its reply, as (id, role, text) rows (a reply that staff deleted
-    leaves its question alone, not the context broken). The reply is looked up by question, by
-    its unique index: a join let the planner walk that index from its start, through every
-    older reply of the table (5 ms at 100,000 messages)."""
+    """Each question with its reply (a reply that staff deleted leaves its question alone, not
+    the context broken), and the newest one's plan checkpoint: see `turn_pairs` and
+    `last_plan`. The reply is looked up by question, by its unique index: a join let the
+    planner walk that index from its start, through every older reply of the table (5 ms at
+    100,000 messages)."""
     return (
         TURNS_SELECT,
         turns_params(conversation_id=conversation_id, before_id=before_id),
@@ -121,12 +126,11 @@ def turn_pairs(found: list[tuple]) -> list[list[tuple]]:
     ]
 
 
-def last_plan_statement(*, conversation_id: int, before_id: int) -> sql.Statement:
-    """The plan step's checkpoint of the last of those turns: the task state it left."""
-    return (
-        LAST_PLAN_SELECT,
-        ["plan", *turns_params(conversation_id=conversation_id, before_id=before_id)],
-    )
+def last_plan(found: list[tuple]) -> tuple[int, object] | None:
+    """The plan step's checkpoint of the newest turn, (id, output), if it has one."""
+    if not found or found[-1][5] is None:
+        return None
+    return found[-1][5], sql.json_value(found[-1][6])
 
 
 def facts_statement(*, owner_id: int) -> sql.Statement:
@@ -166,7 +170,6 @@ def context_statements(*, message: Message) -> list[sql.Statement]:
     return [
         (LATEST_SUMMARY, [conversation.pk]),
         turns_statement(conversation_id=conversation.pk, before_id=message.pk),
-        last_plan_statement(conversation_id=conversation.pk, before_id=message.pk),
         handoff_latest_statement(conversation_id=conversation.pk),
         facts_statement(owner_id=conversation.owner_id),
         pending_statement(conversation_id=conversation.pk, message_id=message.pk),
@@ -178,10 +181,10 @@ def context_of(
 ) -> tuple[ContextRefs, Context]:
     """`context_assembled`, from the rows of `context_statements`."""
     conversation = message.conversation
-    summaries, turns, plans, handoffs, facts, pending = found
+    summaries, turns, handoffs, facts, pending = found
     summary = summary_of(summaries, conversation_id=conversation.pk)
     pairs = turn_pairs(turns)
-    checkpoint = (plans[0][0], sql.json_value(plans[0][1])) if plans else None
+    checkpoint = last_plan(turns)
     handoff = handoff_of(handoffs)
     refs = ContextRefs(
         identity=settings.CONTINUITY_IDENTITY,
