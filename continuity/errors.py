@@ -24,5 +24,9 @@ class AttemptStopped(Exception):
     """This attempt no longer owns its message (superseded, reaped or interrupted): stop quietly."""
 
 
+class WorkerStopping(Exception):
+    """A planned shutdown of this worker began: it begins no further attempt."""
+
+
 class InvalidTransition(Exception):
     """A lifecycle change was asked for from a state that does not allow it."""

@@ -122,6 +122,7 @@ class RunHeartbeat:
         self.run_id = run_id
         self.key_written = key_written
         self.stopped = threading.Event()
+        self.completed = False  # set by the attempt once its reply is committed
 
     def __enter__(self) -> RunHeartbeat:
         if not self.key_written:
@@ -131,7 +132,11 @@ class RunHeartbeat:
 
     def __exit__(self, *exc_info: object) -> None:
         run_beats().remove(self)
-        key_delete(run_key(self.run_id))
+        if not self.completed:
+            # An attempt whose end may be unrecorded is reaped as soon as its row goes stale.
+            # A completed run's key is read by no one: it expires within two heartbeats, and
+            # deleting it cost a Redis round trip per message.
+            key_delete(run_key(self.run_id))
 
     def beat(self) -> bool:
         # The Redis key says "this process is alive", whatever the database does: during a
@@ -156,19 +161,26 @@ class RunHeartbeat:
 class RunBeats:
     """The heartbeats of the runs this process works on, from one thread that lives as long
     as the process: a thread per attempt cost 0.4 ms to start and join, a twentieth of a
-    message. Each run beats one interval after it was added, then every interval."""
+    message. Each run beats one interval after it was added, then every interval.
+
+    Adding a run wakes the thread only when the run is due before the thread would wake
+    anyway: waking it for every attempt (to learn that nothing is due for an interval) cost a
+    thread switch per message."""
 
     def __init__(self) -> None:
         self._changed = threading.Condition()
         self._due: dict[RunHeartbeat, float] = {}
         self._beating: RunHeartbeat | None = None
+        self._wakes_at = 0.0  # while the thread waits: when it wakes by itself
         self.thread = threading.Thread(target=self._loop, name="heartbeat-runs", daemon=True)
         self.thread.start()
 
     def add(self, heartbeat: RunHeartbeat) -> None:
         with self._changed:
-            self._due[heartbeat] = time.monotonic() + settings.CONTINUITY_HEARTBEAT_SECONDS
-            self._changed.notify_all()
+            due = time.monotonic() + settings.CONTINUITY_HEARTBEAT_SECONDS
+            self._due[heartbeat] = due
+            if due < self._wakes_at:
+                self._changed.notify_all()
 
     def remove(self, heartbeat: RunHeartbeat) -> None:
         """Once this returns, the run is not beating, and will not again."""
@@ -184,7 +196,8 @@ class RunBeats:
                 with contextlib.suppress(DatabaseError, InterfaceError):
                     connection.close()
                 with self._changed:
-                    self._changed.wait_for(lambda: self._due)
+                    if not self._due:
+                        self._wait(settings.CONTINUITY_HEARTBEAT_SECONDS)
                 continue
             alive = False
             try:
@@ -213,8 +226,16 @@ class RunBeats:
                 if wait <= 0:
                     self._beating = heartbeat
                     return heartbeat
-                self._changed.wait(wait)
+                self._wait(wait)
             return None
+
+    def _wait(self, seconds: float) -> None:
+        """With the condition held: wait until notified, or `seconds` passed."""
+        self._wakes_at = time.monotonic() + seconds
+        try:
+            self._changed.wait(seconds)
+        finally:
+            self._wakes_at = 0.0
 
 
 _run_beats_lock = threading.Lock()

@@ -30,7 +30,7 @@ from ..context.assembly import (
 )
 from ..context.compaction import compaction_candidates, compaction_store, turns_of
 from ..context.recoveries import recovery_note, recovery_record
-from ..errors import DATABASE_LOST, AttemptStopped, PermanentError
+from ..errors import DATABASE_LOST, AttemptStopped, PermanentError, WorkerStopping
 from ..live.events import publish_conversation_changed, publish_reply_chunk
 from ..models import Checkpoint, Conversation, Message, ReplyChunk, Run
 from .attempts import (
@@ -43,9 +43,9 @@ from .attempts import (
     fenced_insert,
     run_lock_owned,
 )
-from .heartbeats import RunHeartbeat, key_refresh, run_key
+from .heartbeats import RunHeartbeat
 from .inbox import conversation_enqueue, title_from_text
-from .workers import worker_stopping
+from .workers import attempt_key_write
 
 logger = logging.getLogger(__name__)
 # Failures that the same input will hit again on every retry: dead-letter at once.
@@ -60,18 +60,22 @@ def drain_conversation(*, conversation_id: int, node: str = "") -> None:
     The task is acknowledged only once it returns: a worker that dies between two messages
     gives it back to the queue, as it does during one."""
     turn_ends = time.monotonic() + settings.CONTINUITY_DRAIN_TURN_SECONDS
-    while drain_one(conversation_id=conversation_id, node=node, turn_ends=turn_ends):
+    try:
         # More wait, and no drain was sent for them: answer the next one here, unless the turn
-        # ran out since the reply was stored (the title took it) or a planned shutdown of this
-        # worker began (it hands over the attempts it has, and must not start another).
-        if time.monotonic() >= turn_ends or worker_stopping(node):
-            conversation_enqueue(conversation_id=conversation_id)
-            return
+        # ran out since the reply was stored (the title took it).
+        while drain_one(conversation_id=conversation_id, node=node, turn_ends=turn_ends):
+            if time.monotonic() >= turn_ends:
+                conversation_enqueue(conversation_id=conversation_id)
+                return
+    except WorkerStopping:
+        # This worker hands over the attempts it has; another one answers the rest.
+        conversation_enqueue(conversation_id=conversation_id)
 
 
 def drain_one(*, conversation_id: int, node: str, turn_ends: float) -> bool:
     """Answer the conversation's oldest pending message; True if the caller should answer the
-    next one (the reply was stored, more wait, and no follow-up task was sent for them)."""
+    next one (the reply was stored, more wait, and no follow-up task was sent for them).
+    WorkerStopping, with no attempt begun, once a planned shutdown of this worker began."""
     begun: dict = {}
 
     def prepare(run: Run, message: Message, read: list[list[tuple]]) -> None:
@@ -79,11 +83,12 @@ def drain_one(*, conversation_id: int, node: str, turn_ends: float) -> bool:
         # and the attempt is rolled back with it.
         begun["brain"] = brain_load(message.conversation.brain)
         begun["stored"] = checkpoints_stored(run=run, message=message)
-        begun["context"] = context_prepare(run=run, message=message, read=read)
         # The run's row took its heartbeat when it was inserted, and this transaction may have
         # run long since (a brain's first import takes a second): without a live key, a sweep
         # right after the commit, before the heartbeat starts, would take the run for dead.
-        key_refresh(run_key(run.pk))
+        if attempt_key_write(run_id=run.pk, node=node):
+            raise WorkerStopping(f"Worker {node} is shutting down; run {run.pk} not begun.")
+        begun["context"] = context_prepare(run=run, message=message, read=read)
 
     run = attempt_begin(
         conversation_id=conversation_id,
@@ -135,7 +140,7 @@ def attempt_execute(
                 remembered=remembered,
                 follow_up=time.monotonic() >= turn_ends,
             )
-            answered = True
+            answered = heartbeat.completed = True
         except AttemptStopped as stop:
             logger.info("Attempt stopped: %s", stop)
         except DATABASE_ERRORS as exc:

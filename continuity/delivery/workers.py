@@ -16,7 +16,15 @@ import redis
 from django.db.models.functions import Now
 
 from ..models import Worker
-from .heartbeats import key_delete, key_refresh, keys_alive, redis_client, worker_key
+from .heartbeats import (
+    heartbeat_ttl,
+    key_delete,
+    key_refresh,
+    keys_alive,
+    redis_client,
+    run_key,
+    worker_key,
+)
 
 logger = logging.getLogger(__name__)
 _incarnation = ""
@@ -49,13 +57,24 @@ def worker_stopping_mark(*, node: str) -> None:
         logger.warning("Shutdown of worker %s not marked: Redis unavailable", node)
 
 
-def worker_stopping(node: str) -> bool:
-    """Whether a planned shutdown of this start of the node began (False when Redis cannot
-    say: the handover then catches the attempt, or the watchdog does)."""
+def attempt_key_write(*, run_id: int, node: str) -> bool:
+    """Write the heartbeat key of a run that begins on this worker, and say whether a planned
+    shutdown of this start of the node began (the run must then not begin: its worker hands
+    over its attempts), in one round trip. False when Redis cannot say: the handover then
+    catches the attempt, or the watchdog does."""
+    ttl = int(heartbeat_ttl().total_seconds() * 1000)
     try:
-        return bool(redis_client().exists(stopping_key(node)))
+        _, stopping = (
+            redis_client()
+            .pipeline(transaction=False)
+            .set(run_key(run_id), "1", px=ttl)
+            .exists(stopping_key(node))
+            .execute()
+        )
     except redis.RedisError:
+        logger.warning("Run %s: heartbeat key not written, Redis unavailable", run_id)
         return False
+    return bool(stopping)
 
 
 def process_gone(worker: str) -> bool:

@@ -106,19 +106,43 @@ def test_a_drain_whose_turn_ran_out_in_the_title_sends_the_next_message_to_the_q
 def test_a_drain_of_a_worker_that_began_a_planned_shutdown_begins_no_further_message(
     conversation, settings, monkeypatch
 ):
+    from continuity.delivery import processing
     from continuity.delivery.workers import worker_stopping_mark
 
     settings.CONTINUITY_DRAIN_TURN_SECONDS = 60
     node = f"stopping-{uuid.uuid4().hex[:8]}@test"
     sent = [send(conversation, f"note number {i}") for i in range(3)]
     drains = drains_sent_from_now(monkeypatch)
-    worker_stopping_mark(node=node)
+    finish = processing.attempt_finish
+
+    def finish_during_shutdown(**kwargs):
+        more_pending = finish(**kwargs)
+        worker_stopping_mark(node=node)
+        return more_pending
+
+    monkeypatch.setattr(processing, "attempt_finish", finish_during_shutdown)
     drain_conversation(conversation_id=conversation.pk, node=node)
     # The attempt under way finishes (the handover would have interrupted it), no other begins.
     assert [m.reply_to_id for m in Message.objects.filter(role="assistant")] == [sent[0].pk]
+    assert list(Run.objects.values_list("message_id", flat=True)) == [sent[0].pk]
     assert drains == [{"conversation_id": conversation.pk}]
     drain_conversation(conversation_id=conversation.pk, node="another-worker@test")
     assert Message.objects.filter(role="assistant").count() == 3
+
+
+def test_a_drain_that_starts_once_its_worker_began_a_planned_shutdown_passes_the_turn_on(
+    conversation, monkeypatch
+):
+    from continuity.delivery.workers import worker_stopping_mark
+
+    node = f"stopping-{uuid.uuid4().hex[:8]}@test"
+    message = send(conversation, "hello")
+    drains = drains_sent_from_now(monkeypatch)
+    worker_stopping_mark(node=node)
+    drain_conversation(conversation_id=conversation.pk, node=node)
+    assert not Run.objects.exists()
+    assert Message.objects.get(pk=message.pk).attempts == 0  # no attempt used up
+    assert drains == [{"conversation_id": conversation.pk}]
 
 
 def test_the_database_refuses_a_second_reply_to_one_message(conversation):
