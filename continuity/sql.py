@@ -114,30 +114,46 @@ def execute(sql: str, params: Sequence = ()) -> int:
         return changed.rowcount
 
 
-def batch(*statements: Statement) -> list[list[tuple]]:
+def batch(*statements: Statement, commit: bool = False) -> list[list[tuple]]:
     """Run statements that need none of each other's results in one round trip (psycopg's
     pipeline mode; one by one on SQLite), in order, and return the rows of each. Each returns
     rows (a write says RETURNING), so a write that changed nothing returns none. The server
     runs them one after the other as usual: each later one sees what the earlier ones did,
     and a statement that waits for a lock holds back those behind it. The first that fails
-    raises, and the server skips the rest."""
+    raises, and the server skips the rest.
+
+    `commit`: these are the last statements of the caller's transaction, which then commits
+    in the same round trip (a round trip fewer per transaction); nothing may run in the block
+    after them, or it would begin another transaction. Only an outermost `atomic` block is
+    committed here: inside another (a test's), the outer one commits as usual."""
     db = _db()
     if db.vendor != "postgresql":
         return [rows(*statement) for statement in statements]
-    cursors = [cursor()] + [_bound_cursor(db) for _ in statements[1:]]
+    ends = [("COMMIT", [])] if commit and _commits_on_exit(db) else []
+    cursors = [cursor()] + [_bound_cursor(db) for _ in [*statements, *ends][1:]]
     try:
         with db.wrap_database_errors, db.connection.pipeline():
-            for each, (text, params) in zip(cursors, statements, strict=True):
+            for each, (text, params) in zip(cursors, [*statements, *ends], strict=True):
                 each.execute(text, params)
-        found = [each.fetchall() for each in cursors]
+        found = [each.fetchall() for each in cursors[: len(statements)]]
     finally:
         for each in cursors:
             each.close()
     if db.queries_logged:  # for counts of round trips (the bench)
         number = next(_batches)
-        for entry in list(db.queries_log)[-len(statements) :]:
+        for entry in list(db.queries_log)[-len(cursors) :]:
             entry["batch"] = number
     return found
+
+
+def _commits_on_exit(db: BaseDatabaseWrapper) -> bool:
+    """Whether the current transaction is an outermost `atomic` block that will commit."""
+    return (
+        db.in_atomic_block
+        and len(db.atomic_blocks) == 1
+        and db.commit_on_exit
+        and not db.needs_rollback
+    )
 
 
 def for_update() -> str:

@@ -249,8 +249,9 @@ def context_load(*, refs: ContextRefs, message: Message, attempt: int) -> Contex
 
 
 def run_context_store(*, run: Run, refs: ContextRefs, tokens: int) -> RunContext:
-    """Inside the caller's fenced transaction (it holds the run's lock)."""
-    return sql.insert(
+    """The last write of the caller's fenced transaction (it holds the run's lock), which
+    commits with it (`sql.batch`)."""
+    statement, written = sql.insert_statement(
         RunContext,
         run_id=run.pk,
         identity=refs.identity,
@@ -262,6 +263,8 @@ def run_context_store(*, run: Run, refs: ContextRefs, tokens: int) -> RunContext
         pending=refs.pending,
         estimated_tokens=tokens,
     )
+    (stored,) = sql.batch(statement, commit=True)
+    return sql.inserted(RunContext, stored, written)
 
 
 def run_context_load(run_context: RunContext) -> Context:

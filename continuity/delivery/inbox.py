@@ -186,7 +186,7 @@ def message_queue(*, conversation_id: int, text: str, **fields) -> Message:
         Message, conversation_id=conversation_id, role=Message.Role.USER, text=text, **fields
     )
     # Locking the conversation first makes message ids follow commit order, which is the order
-    # in which the conversation is answered. One round trip for both.
+    # in which the conversation is answered. One round trip for both, and the commit.
     _, stored = sql.batch(
         (
             f"UPDATE continuity_conversation SET updated_at = {sql.db_now()} WHERE id = %s "
@@ -194,6 +194,7 @@ def message_queue(*, conversation_id: int, text: str, **fields) -> Message:
             [conversation_id],
         ),
         insert,
+        commit=True,
     )
     message = sql.inserted(Message, stored, written)
     conversation_enqueue(conversation_id=conversation_id)

@@ -286,14 +286,15 @@ def context_assemble(*, run: Run, message: Message, brain: Brain) -> Context:
 def context_record(
     *, run: Run, message: Message, refs: ContextRefs, context: Context, tokens: int
 ) -> Context:
-    """Inside the attempt's fenced transaction: store its context by reference, and record a
-    recovery when an earlier attempt on the message stopped (the context then says so)."""
-    run_context_store(run=run, refs=refs, tokens=tokens)
+    """The last writes of the attempt's fenced transaction, which commit it: a recovery, when
+    an earlier attempt on the message stopped (the context then says so), and the context, by
+    reference."""
     if (
         attempt_resumes(run=run, message=message)
         and (recovery := recovery_record(run=run)) is not None
     ):
         context = replace(context, recovery=recovery_note(recovery))
+    run_context_store(run=run, refs=refs, tokens=tokens)
     return context
 
 
@@ -319,7 +320,7 @@ def step(
         fence_held(run, sql.rows(*checkpoint))  # one statement: its own transaction
         return output
     with transaction.atomic():
-        fence_held(run, *sql.batch(*apply(output), checkpoint))
+        fence_held(run, *sql.batch(*apply(output), checkpoint, commit=True))
     return output
 
 

@@ -72,6 +72,19 @@ def test_statements_sent_together_are_one_round_trip_with_the_begin_before_them(
     assert cost.statement_kinds["SELECT continuity_conversation FOR UPDATE"] == 1
 
 
+def test_a_commit_sent_with_a_batch_is_one_transaction_in_its_round_trip():
+    cost = Cost()
+    log = [
+        {"sql": "BEGIN"},
+        {"sql": "UPDATE continuity_conversation SET title = 'x' RETURNING id", "batch": 1},
+        {"sql": "INSERT INTO continuity_message (text) VALUES ('x') RETURNING id", "batch": 1},
+        {"sql": "COMMIT", "batch": 1},
+        {"sql": "COMMIT"},  # the block's own, which found nothing left to commit
+    ]
+    sql_tally(cost, log)
+    assert (cost.statements, cost.transactions, cost.round_trips) == (2, 1, 1)
+
+
 def test_a_statement_with_a_subquery_is_named_by_its_own_table():
     sql = (
         'INSERT INTO "continuity_replychunk" (message_id) SELECT 1 WHERE EXISTS '

@@ -55,7 +55,8 @@ def sql_tally(cost: Cost, log: list[dict]) -> None:
     """Statements, transactions and round trips in a query log. Outside `atomic`, each
     statement is a transaction of its own (autocommit); an atomic block is one, if it ran
     anything. Statements sent together (`continuity.sql.batch`, marked in the log) are one
-    round trip, which also carries the BEGIN before them."""
+    round trip, which also carries the BEGIN before them, and the COMMIT after them when it
+    was sent with them."""
     in_block = ran = False
     batch = None
     for index, entry in enumerate(log):
@@ -65,8 +66,9 @@ def sql_tally(cost: Cost, log: list[dict]) -> None:
             following = log[index + 1] if index + 1 < len(log) else {}
             cost.round_trips += following.get("batch") is None
         elif word in TRANSACTION_CONTROL:
-            cost.transactions += ran
-            cost.round_trips += 1
+            if in_block:  # a block commits once: when a batch carried it, Django's is a no-op
+                cost.transactions += ran
+                cost.round_trips += entry.get("batch") is None or entry["batch"] != batch
             in_block = False
         else:
             cost.statements += 1
