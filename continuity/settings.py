@@ -272,6 +272,9 @@ CHANNEL_LAYERS = {
 # this for Redis, and after a failure live updates are dropped for the pause.
 CONTINUITY_PUBLISH_TIMEOUT_SECONDS = env_float("CONTINUITY_PUBLISH_TIMEOUT_SECONDS", 1)
 CONTINUITY_PUBLISH_PAUSE_SECONDS = env_float("CONTINUITY_PUBLISH_PAUSE_SECONDS", 5)
+# A live update waits this long for the ones that follow it, to go out with them in one round
+# trip: far below what a person notices, and a tenth of CONTINUITY_STREAM_FLUSH_SECONDS.
+CONTINUITY_PUBLISH_LINGER_SECONDS = env_float("CONTINUITY_PUBLISH_LINGER_SECONDS", 0.01)
 
 # Delivery: acks-late with rejection on worker loss, one prefetched message per process.
 # The visibility timeout must exceed the hard time limit (no countdown tasks are used): the

@@ -77,11 +77,13 @@ class Publisher:
     connection, in channels-redis's own format: its layer object names the keys and serializes
     the messages, so pages receive them through the channel layer as usual.
 
-    Events are sent in batches: those queued while a batch was out go together in the next, one
-    round trip to find the channels of their groups and, when any has one, one to deliver them,
-    in the order given (so a page sees chunks in order). Through the layer's asyncio API each
-    event cost two awaited round trips and a connection-pool checkout: about 0.45 ms of CPU, a
-    fifth of everything a message costs at zero think time (docs/benchmarks.md).
+    Events are sent in batches: an event waits CONTINUITY_PUBLISH_LINGER_SECONDS for those that
+    follow it, and those queued while a batch was out go together in the next, one round trip
+    to find the channels of their groups and, when any has one, one to deliver them, in the
+    order given (so a page sees chunks in order). Through the layer's asyncio API each event
+    cost two awaited round trips and a connection-pool checkout: about 0.45 ms of CPU, a fifth
+    of everything a message costs at zero think time; one at a time, 0.14 ms and a thread
+    switch (docs/benchmarks.md).
 
     `send` never waits, not even for a round trip: a reply or an accept never waits on Redis.
     Sockets time out quickly; after a failure events are dropped for a while, and so are events
@@ -117,6 +119,8 @@ class Publisher:
     def run(self) -> None:
         while True:
             batch = [self.backlog.get()]
+            # What else happens meanwhile (the rest of a reply's events) goes in the same batch.
+            time.sleep(settings.CONTINUITY_PUBLISH_LINGER_SECONDS)
             while len(batch) < self.BATCH and not self.backlog.empty():
                 batch.append(self.backlog.get_nowait())
             stop = self._STOP in batch
