@@ -25,7 +25,12 @@ class AttemptStopped(Exception):
 
 
 class WorkerStopping(Exception):
-    """A planned shutdown of this worker began: it begins no further attempt."""
+    """A planned shutdown of this worker began: it begins no further attempt. `run_id`: the
+    attempt that was about to begin, which its transaction must not keep."""
+
+    def __init__(self, message: str, *, run_id: int) -> None:
+        super().__init__(message)
+        self.run_id = run_id
 
 
 class InvalidTransition(Exception):

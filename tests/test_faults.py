@@ -22,6 +22,7 @@ from continuity.context.assembly import run_context_text
 from continuity.context.recoveries import recovery_sentence
 from continuity.delivery.conversations import conversation_resume
 from continuity.delivery.inbox import drains_waiting, message_accept
+from continuity.delivery.processing import drain_conversation
 from continuity.models import (
     Alert,
     Conversation,
@@ -483,9 +484,10 @@ def test_a_drain_killed_between_two_of_its_messages_is_redelivered_for_the_rest(
     processes, tmp_path
 ):
     """A drain answers its conversation's queued messages in turn, with no task for each. The
-    task is acknowledged when it returns: a worker killed right after one reply's commit gives
-    it back to the queue, and the rest are answered. No watchdog runs here, and the worker's
-    start-up sweep would re-enqueue only after an hour."""
+    task is acknowledged when it returns: a worker killed right after a reply's commit, before
+    the next attempt began (the first reply, which may title the conversation, commits alone),
+    gives it back to the queue, and the rest are answered. No watchdog runs here, and the
+    worker's start-up sweep would re-enqueue only after an hour."""
     marker = tmp_path / "fault-fired"
     (conversation,) = conversations(1)
     sent = [send(conversation, f"Note number {n}") for n in range(4)]  # one drain for all four
@@ -501,6 +503,37 @@ def test_a_drain_killed_between_two_of_its_messages_is_redelivered_for_the_rest(
     assert marker.exists()
     assert [run.state for run in Run.objects.order_by("id")] == ["completed"] * 4
     assert_promise_kept(sent)
+
+
+def test_a_kill_after_a_reply_that_began_the_next_attempt_recovers_that_attempt(
+    processes, tmp_path
+):
+    """Within a drain's turn, the attempt on the next message begins in the transaction that
+    stores the previous reply (after a first exchange, which may title the conversation, it
+    begins in its own). A worker killed right after that commit killed the next attempt: it is
+    recovered as any crashed one is, and nothing is lost, repeated or reordered."""
+    marker = tmp_path / "fault-fired"
+    (conversation,) = conversations(1)
+    send(conversation, "hello")
+    drain_conversation(conversation_id=conversation.pk)  # the first exchange, answered here
+    notes = [send(conversation, f"Note number {n}") for n in range(3)]
+    processes.add(WatchdogProcess())
+    processes.add(
+        WorkerProcess(
+            CONTINUITY_FAULT_KILL_AT="after_reply_committed",
+            CONTINUITY_FAULT_ONCE_FILE=str(marker),
+            CONTINUITY_DRAIN_TURN_SECONDS="60",
+        )
+    )
+    wait_finished(notes)
+    assert marker.exists()
+    assert [run_states(note) for note in notes] == [
+        ["completed"],
+        ["crashed", "completed"],
+        ["completed"],
+    ]
+    assert CrashRecord.objects.filter(message=notes[1]).count() == 1
+    assert_promise_kept(notes)
 
 
 @pytest.mark.parametrize("first_text", ["My name is Ada", "[[invalid]] please"])

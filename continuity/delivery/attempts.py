@@ -11,8 +11,9 @@ import logging
 import os
 import socket
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 from django.conf import settings
 from django.db import transaction
@@ -40,6 +41,7 @@ from .workers import current_incarnation
 
 logger = logging.getLogger(__name__)
 M = TypeVar("M", bound=Model)
+B = TypeVar("B")
 CRASH_ERROR = "Heartbeat stopped: the worker process died or hung."
 
 
@@ -107,31 +109,17 @@ def attempt_begin(
     the attempt counter (one commit fewer per message). It is given the rows of the `reads`
     of the message, which run in the round trip that opens the attempt."""
     with transaction.atomic():
-        locked, next_up = sql.batch(
-            conversation_lock_statement(conversation_id), lease_and_next_statement(conversation_id)
+        conversation, message, leased = next_attempt_of(
+            sql.batch(*next_attempt_statements(conversation_id)), conversation_id=conversation_id
         )
-        conversation = conversation_locked(locked)
-        if conversation is None or conversation.state != Conversation.State.ACTIVE:
-            return None
-        leased, message = lease_and_next(next_up, conversation_id=conversation_id)
-        if leased or conversation.backing_off:
-            message = None
         if message is not None:
-            message.conversation = conversation  # the reads need its owner
-            run, read = attempt_open(
+            return attempt_start(
                 conversation=conversation,
                 message=message,
                 node=node,
-                reads=reads(message) if reads is not None else (),
+                reads=reads,
+                on_begin=on_begin,
             )
-            if on_begin is not None:
-                on_begin(run, message, read)
-            transaction.on_commit(
-                lambda: publish_message_changed(
-                    conversation_id=conversation_id, message_id=message.pk
-                )
-            )
-            return run
     if leased:
         # Another attempt holds the lease; if its heartbeat lapsed, its worker died. Asked once
         # the lock is released: Redis may take a while to answer, and the lock blocks writers.
@@ -144,6 +132,52 @@ def attempt_begin(
                 only_if_stale=True,
             )
     return None
+
+
+def next_attempt_statements(conversation_id: int) -> list[sql.Statement]:
+    """Lock the conversation, and read what `next_attempt_of` decides on."""
+    return [conversation_lock_statement(conversation_id), lease_and_next_statement(conversation_id)]
+
+
+def next_attempt_of(
+    found: list[list[tuple]], *, conversation_id: int
+) -> tuple[Conversation | None, Message | None, bool]:
+    """From the rows of `next_attempt_statements`: the locked conversation, the message an
+    attempt may begin on now (None when the conversation is paused, backing off, empty, or
+    another live attempt holds its lease), and whether one does."""
+    locked, next_up = found
+    conversation = conversation_locked(locked)
+    if conversation is None or conversation.state != Conversation.State.ACTIVE:
+        return conversation, None, False
+    leased, message = lease_and_next(next_up, conversation_id=conversation_id)
+    if leased or conversation.backing_off:
+        return conversation, None, leased
+    return conversation, message, False
+
+
+def attempt_start(
+    *,
+    conversation: Conversation,
+    message: Message,
+    node: str,
+    reads: Callable[[Message], Sequence[sql.Statement]] | None = None,
+    on_begin: Callable[[Run, Message, list[list[tuple]]], object] | None = None,
+) -> Run:
+    """Inside the caller's transaction, with the conversation locked and its lease free: begin
+    the attempt on `message` (see `attempt_begin`)."""
+    message.conversation = conversation  # the reads need its owner
+    run, read = attempt_open(
+        conversation=conversation,
+        message=message,
+        node=node,
+        reads=reads(message) if reads is not None else (),
+    )
+    if on_begin is not None:
+        on_begin(run, message, read)
+    transaction.on_commit(
+        lambda: publish_message_changed(conversation_id=conversation.pk, message_id=message.pk)
+    )
+    return run
 
 
 def lease_and_next_statement(conversation_id: int) -> sql.Statement:
@@ -319,6 +353,16 @@ def run_lock_owned(run: Run) -> None:
         raise AttemptStopped(f"Run {run.pk} no longer owns message {run.message_id}.")
 
 
+@dataclass(frozen=True)
+class Finished(Generic[B]):
+    """How `attempt_finish` left the conversation's queue."""
+
+    # More wait, no drain was sent for them and none began: the caller answers the next.
+    more_pending: bool = False
+    # The attempt on the next message, begun in the transaction that stored the reply.
+    next_begun: B | None = None
+
+
 def attempt_finish(
     *,
     run: Run,
@@ -326,22 +370,30 @@ def attempt_finish(
     task_state: dict | None = None,
     remembered: dict[str, str] | None = None,
     follow_up: bool = True,
-) -> bool:
+    begin_next: Callable[[Conversation, Message], B | None] | None = None,
+) -> Finished[B]:
     """Store the reply, mark the message done and the run completed, in one transaction, with
     the end-of-turn handoff: written once, even when an earlier attempt got this far.
     `remembered`: the facts of the last step, stored with its checkpoint in that transaction
-    (no step follows it); None when an earlier attempt stored them. True when more messages
-    wait and are left to the caller (`follow_up` False, see `reply_store`)."""
+    (no step follows it); None when an earlier attempt stored them.
+
+    With `follow_up` False, more waiting messages are left to the caller; with `begin_next`
+    too, the attempt on the next one begins in the same transaction (`begin_next` calls
+    `attempt_start`, or gives the attempt back and returns None): one commit, and its flush
+    to disk, fewer per message. Its counter still commits before any of its work."""
     first = []
     if remembered is not None:
         first.append(checkpoint_insert(run=run, name="remember", output={"facts": remembered}))
+    then = [handoff_latest_statement(conversation_id=run.conversation_id)]
+    if begin_next is not None and not follow_up:
+        then += next_attempt_statements(run.conversation_id)
     with transaction.atomic():
-        _, more_pending, (latest_handoff,) = reply_store(
+        _, more_pending, (latest_handoff, *next_up) = reply_store(
             run=run,
             text=reply_text,
             run_state=Run.State.COMPLETED,
             first=first,
-            then=[handoff_latest_statement(conversation_id=run.conversation_id)],
+            then=then,
             follow_up=follow_up,
         )
         if remembered:
@@ -349,8 +401,13 @@ def attempt_finish(
                 owner_id=run.conversation.owner_id, message_id=run.message_id, facts=remembered
             )
         handoff_after_turn(run=run, task_state=task_state, latest=handoff_of(latest_handoff))
+        finished = Finished(more_pending=more_pending and not follow_up)
+        if next_up and more_pending:
+            conversation, message, _ = next_attempt_of(next_up, conversation_id=run.conversation_id)
+            begun = begin_next(conversation, message) if message is not None else None
+            finished = Finished(next_begun=begun)
     fault_point("after_reply_committed")
-    return more_pending and not follow_up
+    return finished
 
 
 @transaction.atomic

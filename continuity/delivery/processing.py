@@ -10,7 +10,7 @@ import logging
 import time
 import traceback
 from collections.abc import Callable, Iterable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import partial
 from threading import Event
 
@@ -34,9 +34,11 @@ from ..errors import DATABASE_LOST, AttemptStopped, PermanentError, WorkerStoppi
 from ..live.events import publish_conversation_changed, publish_reply_chunk
 from ..models import Checkpoint, Conversation, Message, ReplyChunk, Run
 from .attempts import (
+    Finished,
     attempt_begin,
     attempt_end,
     attempt_finish,
+    attempt_start,
     checkpoint_insert,
     conversation_lock,
     fence_held,
@@ -45,6 +47,7 @@ from .attempts import (
 )
 from .heartbeats import RunHeartbeat
 from .inbox import conversation_enqueue, title_from_text
+from .recovery import run_interrupt_for_shutdown
 from .workers import attempt_key_write
 
 logger = logging.getLogger(__name__)
@@ -57,48 +60,91 @@ DATABASE_ERRORS = (OperationalError, InterfaceError)
 def drain_conversation(*, conversation_id: int, node: str = "") -> None:
     """Answer the conversation's pending messages, oldest first, for its turn
     (CONTINUITY_DRAIN_TURN_SECONDS); a follow-up task takes the rest from the back of the queue.
-    The task is acknowledged only once it returns: a worker that dies between two messages
-    gives it back to the queue, as it does during one."""
+    Within the turn, the attempt on the next message begins in the transaction that stores the
+    previous reply. The task is acknowledged only once it returns: a worker that dies during
+    the turn gives it back to the queue."""
     turn_ends = time.monotonic() + settings.CONTINUITY_DRAIN_TURN_SECONDS
     try:
-        # More wait, and no drain was sent for them: answer the next one here, unless the turn
-        # ran out since the reply was stored (the title took it).
-        while drain_one(conversation_id=conversation_id, node=node, turn_ends=turn_ends):
-            if time.monotonic() >= turn_ends:
-                conversation_enqueue(conversation_id=conversation_id)
-                return
+        begun = attempt_first(conversation_id=conversation_id, node=node)
+        while begun is not None:
+            finished = attempt_execute(begun=begun, node=node, turn_ends=turn_ends)
+            begun = finished.next_begun
+            if finished.more_pending:
+                # More wait, and no drain was sent for them: answer the next one here, unless
+                # the turn ran out since the reply was stored (the title took it).
+                if time.monotonic() >= turn_ends:
+                    conversation_enqueue(conversation_id=conversation_id)
+                    return
+                begun = attempt_first(conversation_id=conversation_id, node=node)
     except WorkerStopping:
         # This worker hands over the attempts it has; another one answers the rest.
         conversation_enqueue(conversation_id=conversation_id)
 
 
-def drain_one(*, conversation_id: int, node: str, turn_ends: float) -> bool:
-    """Answer the conversation's oldest pending message; True if the caller should answer the
-    next one (the reply was stored, more wait, and no follow-up task was sent for them).
-    WorkerStopping, with no attempt begun, once a planned shutdown of this worker began."""
-    begun: dict = {}
+@dataclass
+class Begun:
+    """An attempt that began, and what it needs, prepared in the transaction that began it."""
 
-    def prepare(run: Run, message: Message, read: list[list[tuple]]) -> None:
+    run: Run
+    brain: Brain
+    stored: dict[str, dict]  # the checkpoints of earlier attempts on the message, by step
+    context: Context | None  # None when it needs compacting first
+
+
+class Preparation:
+    """`on_begin` of an attempt: prepares its `Begun` inside the transaction that begins it.
+    Raises WorkerStopping once a planned shutdown of this worker began."""
+
+    def __init__(self, node: str) -> None:
+        self.node = node
+        self.begun: Begun | None = None
+
+    def __call__(self, run: Run, message: Message, read: list[list[tuple]]) -> None:
         # A brain that cannot load is this worker's fault, not the message's: it fails here,
         # and the attempt is rolled back with it.
-        begun["brain"] = brain_load(message.conversation.brain)
-        begun["stored"] = checkpoints_stored(run=run, message=message)
+        brain = brain_load(message.conversation.brain)
+        stored = checkpoints_stored(run=run, message=message)
         # The run's row took its heartbeat when it was inserted, and this transaction may have
         # run long since (a brain's first import takes a second): without a live key, a sweep
         # right after the commit, before the heartbeat starts, would take the run for dead.
-        if attempt_key_write(run_id=run.pk, node=node):
-            raise WorkerStopping(f"Worker {node} is shutting down; run {run.pk} not begun.")
-        begun["context"] = context_prepare(run=run, message=message, read=read)
+        if attempt_key_write(run_id=run.pk, node=self.node):
+            raise WorkerStopping(
+                f"Worker {self.node} is shutting down; run {run.pk} not begun.", run_id=run.pk
+            )
+        context = context_prepare(run=run, message=message, read=read)
+        self.begun = Begun(run=run, brain=brain, stored=stored, context=context)
 
+
+def attempt_first(*, conversation_id: int, node: str) -> Begun | None:
+    """Begin an attempt on the conversation's oldest pending message, if one may begin now.
+    WorkerStopping, with no attempt begun, once a planned shutdown of this worker began."""
+    preparation = Preparation(node)
     run = attempt_begin(
         conversation_id=conversation_id,
         node=node,
         reads=lambda message: context_statements(message=message),
-        on_begin=prepare,
+        on_begin=preparation,
     )
-    if run is None:
-        return False
-    return attempt_execute(run=run, turn_ends=turn_ends, **begun)
+    return preparation.begun if run is not None else None
+
+
+def attempt_next(conversation: Conversation, message: Message, *, node: str) -> Begun | None:
+    """Inside the transaction that stores the previous reply (`attempt_finish`): begin the
+    attempt on the next message. Once a planned shutdown of this worker began, that attempt is
+    handed over as the shutdown hands over the others, and the reply still commits."""
+    preparation = Preparation(node)
+    try:
+        attempt_start(
+            conversation=conversation,
+            message=message,
+            node=node,
+            reads=lambda message: context_statements(message=message),
+            on_begin=preparation,
+        )
+    except WorkerStopping as stopping:
+        run_interrupt_for_shutdown(run_id=stopping.run_id, node=node)
+        return None
+    return preparation.begun
 
 
 def attempt_resumes(*, run: Run, message: Message) -> bool:
@@ -115,30 +161,30 @@ def checkpoints_stored(*, run: Run, message: Message) -> dict[str, dict]:
     return dict(Checkpoint.objects.filter(message_id=message.pk).values_list("step", "output"))
 
 
-def attempt_execute(
-    *,
-    run: Run,
-    brain: Brain,
-    stored: dict[str, dict],
-    context: Context | None = None,
-    turn_ends: float = 0.0,
-) -> bool:
-    """`context`: the one stored when the attempt began, if it needed no compaction. True if
-    the reply was stored and more messages wait, left to the caller: the drain's turn
-    (`turn_ends`, on the monotonic clock) had not ended when the reply was stored."""
-    answered = more_pending = False
-    # The run's key was written as the attempt began (`drain_one`), a moment ago.
+def attempt_execute(*, begun: Begun, node: str = "", turn_ends: float = 0.0) -> Finished[Begun]:
+    """Run the attempt's steps and store its reply. `turn_ends` (on the monotonic clock): when
+    the drain's turn ends. Until then, the attempt on the next message begins with the reply
+    (unless the reply may title the conversation: a model call, made after the commit), or
+    more waiting messages are left to the caller."""
+    run, brain, context = begun.run, begun.brain, begun.context
+    answered, finished = False, Finished()
+    # The run's key was written as the attempt began (`Preparation`), a moment ago.
     with RunHeartbeat(run.pk, key_written=True) as heartbeat:
         try:
             context, reply_text, task_state, remembered = steps_run(
-                run=run, brain=brain, stopped=heartbeat.stopped, stored=stored, context=context
+                run=run,
+                brain=brain,
+                stopped=heartbeat.stopped,
+                stored=begun.stored,
+                context=context,
             )
-            more_pending = attempt_finish(
+            finished = attempt_finish(
                 run=run,
                 reply_text=reply_text,
                 task_state=task_state,
                 remembered=remembered,
                 follow_up=time.monotonic() >= turn_ends,
+                begin_next=None if title_due(context) else partial(attempt_next, node=node),
             )
             answered = heartbeat.completed = True
         except AttemptStopped as stop:
@@ -171,15 +217,20 @@ def attempt_execute(
             conversation_title(context=context, brain=brain, reply=reply_text)
         except Exception:  # the answer is committed; a title is not worth failing for
             logger.warning("Conversation %s not titled", run.conversation_id, exc_info=True)
-    return more_pending
+    return finished
+
+
+def title_due(context: Context) -> bool:
+    """Whether the reply to this context may title its conversation: its first exchange."""
+    return not (context.history or context.summary)
 
 
 def conversation_title(*, context: Context, brain: Brain, reply: str) -> None:
     """After the first reply of a conversation, the brain titles it, unless its owner already
     did. Best effort, after the reply is committed: a title never costs an answer, and a
     worker that dies here leaves the first message's words as the title."""
-    if context.history or context.summary:
-        return  # not the first exchange
+    if not title_due(context):
+        return
     conversation = Conversation.objects.filter(pk=context.conversation_id, titled_by_owner=False)
     earlier = Message.objects.filter(
         conversation_id=context.conversation_id, role=Message.Role.USER, pk__lt=context.message_id

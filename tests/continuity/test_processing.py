@@ -103,31 +103,43 @@ def test_a_drain_whose_turn_ran_out_in_the_title_sends_the_next_message_to_the_q
     assert drains == [{"conversation_id": conversation.pk}]
 
 
+@pytest.mark.parametrize("earlier_exchange", [False, True])
 def test_a_drain_of_a_worker_that_began_a_planned_shutdown_begins_no_further_message(
-    conversation, settings, monkeypatch
+    conversation, settings, monkeypatch, earlier_exchange
 ):
+    """After a first exchange (which may title the conversation) the next attempt begins in a
+    transaction of its own, and is not begun at all; after a later one it begins with the
+    reply, and is handed over as the shutdown hands over the others."""
     from continuity.delivery import processing
     from continuity.delivery.workers import worker_stopping_mark
 
     settings.CONTINUITY_DRAIN_TURN_SECONDS = 60
+    if earlier_exchange:
+        send(conversation, "hello")
+        drain_conversation(conversation_id=conversation.pk)
+    before = set(Run.objects.values_list("pk", flat=True))
     node = f"stopping-{uuid.uuid4().hex[:8]}@test"
     sent = [send(conversation, f"note number {i}") for i in range(3)]
     drains = drains_sent_from_now(monkeypatch)
-    finish = processing.attempt_finish
+    steps = processing.steps_run
 
-    def finish_during_shutdown(**kwargs):
-        more_pending = finish(**kwargs)
-        worker_stopping_mark(node=node)
-        return more_pending
+    def steps_during_shutdown(**kwargs):
+        done = steps(**kwargs)
+        worker_stopping_mark(node=node)  # once the first reply is written, before it is stored
+        return done
 
-    monkeypatch.setattr(processing, "attempt_finish", finish_during_shutdown)
+    monkeypatch.setattr(processing, "steps_run", steps_during_shutdown)
     drain_conversation(conversation_id=conversation.pk, node=node)
-    # The attempt under way finishes (the handover would have interrupted it), no other begins.
-    assert [m.reply_to_id for m in Message.objects.filter(role="assistant")] == [sent[0].pk]
-    assert list(Run.objects.values_list("message_id", flat=True)) == [sent[0].pk]
+    # The attempt under way finishes (the handover would have interrupted it), no other goes on.
+    replies = Message.objects.filter(role="assistant", reply_to__in=sent)
+    assert [m.reply_to_id for m in replies] == [sent[0].pk]
+    runs = Run.objects.exclude(pk__in=before).order_by("id").values_list("message_id", "state")
+    handed_over = [(sent[1].pk, "interrupted")] if earlier_exchange else []
+    assert list(runs) == [(sent[0].pk, "completed"), *handed_over]
+    assert Message.objects.get(pk=sent[1].pk).attempts == 0  # none used up
     assert drains == [{"conversation_id": conversation.pk}]
     drain_conversation(conversation_id=conversation.pk, node="another-worker@test")
-    assert Message.objects.filter(role="assistant").count() == 3
+    assert Message.objects.filter(role="assistant", reply_to__in=sent).count() == 3
 
 
 def test_a_drain_that_starts_once_its_worker_began_a_planned_shutdown_passes_the_turn_on(
@@ -315,8 +327,36 @@ def test_a_slow_start_is_not_taken_for_dead_before_its_heartbeat_runs(
     monkeypatch.setattr(
         processing,
         "attempt_execute",
-        lambda *, run, **begun: seen.append(stale_run_ids(Run.objects.filter(pk=run.pk))),
+        lambda *, begun, **kwargs: (
+            seen.append(stale_run_ids(Run.objects.filter(pk=begun.run.pk))),
+            processing.Finished(),
+        )[1],
     )
     send(conversation, "hello")
     drain_conversation(conversation_id=conversation.pk)
     assert seen == [[]]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_within_a_turn_the_next_attempt_begins_in_the_transaction_that_stores_the_reply(
+    conversation, settings
+):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from continuity.ops.bench.counting import Cost, sql_tally
+
+    settings.CONTINUITY_DRAIN_TURN_SECONDS = 60
+    send(conversation, "hello")
+    drain_conversation(conversation_id=conversation.pk)  # a first exchange may be titled
+    sent = [send(conversation, f"note number {i}") for i in range(3)]
+    with CaptureQueriesContext(connection) as log:
+        drain_conversation(conversation_id=conversation.pk)
+    cost = Cost()
+    sql_tally(cost, log.captured_queries)
+    # The first attempt begins in a transaction of its own. Then, per message, its plan step
+    # and its respond step commit, and its reply commits with the next attempt's beginning.
+    assert cost.transactions == 1 + 3 * 3
+    replies = Message.objects.filter(role="assistant", reply_to__in=sent).order_by("id")
+    assert [reply.reply_to_id for reply in replies] == [m.pk for m in sent]
+    assert Run.objects.filter(message__in=sent, state="completed").count() == 3
