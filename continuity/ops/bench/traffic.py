@@ -64,9 +64,14 @@ def one_at_a_time(conversation: Conversation, count: int) -> tuple[list[float], 
 
 
 def pending(conversation_ids: list[int]) -> int:
-    return Message.objects.filter(
-        conversation_id__in=conversation_ids, state__in=Message.PENDING_STATES
-    ).count()
+    """How many messages of these conversations wait for their reply. One prepared statement:
+    polled every 20 ms, a query built by the ORM took this process a few percent of a core."""
+    (count,) = sql.row(
+        "SELECT COUNT(*) FROM continuity_message WHERE conversation_id = ANY(%s) "
+        "AND state IN ('{}', '{}')".format(*Message.PENDING_STATES),
+        [list(conversation_ids)],
+    )
+    return count
 
 
 def all_answered(conversation_ids: list[int], *, timeout: float, every: float = 0.02) -> None:
