@@ -25,12 +25,17 @@ class AttemptStopped(Exception):
 
 
 class WorkerStopping(Exception):
-    """A planned shutdown of this worker began: it begins no further attempt. `run_id`: the
+    """A planned shutdown of this worker began: it begins no further attempt. `run`: the
     attempt that was about to begin, which its transaction must not keep."""
 
-    def __init__(self, message: str, *, run_id: int) -> None:
+    def __init__(self, message: str, *, run) -> None:
         super().__init__(message)
-        self.run_id = run_id
+        self.run = run
+
+
+class NextAttemptFailed(Exception):
+    """Beginning the next attempt inside the transaction of a reply failed (the cause is
+    chained): that transaction rolled back, and the reply is to be stored on its own."""
 
 
 class InvalidTransition(Exception):

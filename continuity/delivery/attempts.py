@@ -29,7 +29,7 @@ from ..context.handoffs import (
     handoff_of,
 )
 from ..context.memory import memory_remember_all
-from ..errors import DATABASE_LOST, AttemptStopped, InvalidTransition
+from ..errors import DATABASE_LOST, AttemptStopped, InvalidTransition, NextAttemptFailed
 from ..live.events import publish_message_changed
 from ..models import Checkpoint, Conversation, CrashRecord, Handoff, Message, Run
 from ..ops.faults import fault_point
@@ -178,6 +178,19 @@ def attempt_start(
         lambda: publish_message_changed(conversation_id=conversation.pk, message_id=message.pk)
     )
     return run
+
+
+def attempt_withdraw(run: Run) -> None:
+    """Inside the transaction that began it, before any of its work: take the attempt back as
+    if it had never begun (its run is deleted, its message queued with its count as it was),
+    and send a drain for the conversation once the transaction commits."""
+    sql.batch(
+        ("DELETE FROM continuity_run WHERE id = %s RETURNING id", [run.pk]),
+        message_bump_statement(
+            message_id=run.message_id, attempts=run.attempt - 1, state=Message.State.QUEUED
+        ),
+    )
+    conversation_enqueue(conversation_id=run.conversation_id)
 
 
 def lease_and_next_statement(conversation_id: int) -> sql.Statement:
@@ -379,8 +392,9 @@ def attempt_finish(
 
     With `follow_up` False, more waiting messages are left to the caller; with `begin_next`
     too, the attempt on the next one begins in the same transaction (`begin_next` calls
-    `attempt_start`, or gives the attempt back and returns None): one commit, and its flush
-    to disk, fewer per message. Its counter still commits before any of its work."""
+    `attempt_start`, or takes the attempt back and returns None): one commit, and its flush
+    to disk, fewer per message. Its counter still commits before any of its work. When it
+    fails, NextAttemptFailed: nothing was stored, and the caller stores the reply alone."""
     first = []
     if remembered is not None:
         first.append(checkpoint_insert(run=run, name="remember", output={"facts": remembered}))
@@ -404,7 +418,10 @@ def attempt_finish(
         finished = Finished(more_pending=more_pending and not follow_up)
         if next_up and more_pending:
             conversation, message, _ = next_attempt_of(next_up, conversation_id=run.conversation_id)
-            begun = begin_next(conversation, message) if message is not None else None
+            try:
+                begun = begin_next(conversation, message) if message is not None else None
+            except Exception as exc:  # the next message's trouble must not cost this reply
+                raise NextAttemptFailed(f"Run {run.pk}: the next attempt did not begin.") from exc
             finished = Finished(next_begun=begun)
     fault_point("after_reply_committed")
     return finished

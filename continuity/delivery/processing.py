@@ -30,7 +30,13 @@ from ..context.assembly import (
 )
 from ..context.compaction import compaction_candidates, compaction_store, turns_of
 from ..context.recoveries import recovery_note, recovery_record
-from ..errors import DATABASE_LOST, AttemptStopped, PermanentError, WorkerStopping
+from ..errors import (
+    DATABASE_LOST,
+    AttemptStopped,
+    NextAttemptFailed,
+    PermanentError,
+    WorkerStopping,
+)
 from ..live.events import publish_conversation_changed, publish_reply_chunk
 from ..models import Checkpoint, Conversation, Message, ReplyChunk, Run
 from .attempts import (
@@ -39,6 +45,7 @@ from .attempts import (
     attempt_end,
     attempt_finish,
     attempt_start,
+    attempt_withdraw,
     checkpoint_insert,
     conversation_lock,
     fence_held,
@@ -47,7 +54,6 @@ from .attempts import (
 )
 from .heartbeats import RunHeartbeat
 from .inbox import conversation_enqueue, title_from_text
-from .recovery import run_interrupt_for_shutdown
 from .workers import attempt_key_write
 
 logger = logging.getLogger(__name__)
@@ -109,7 +115,7 @@ class Preparation:
         # right after the commit, before the heartbeat starts, would take the run for dead.
         if attempt_key_write(run_id=run.pk, node=self.node):
             raise WorkerStopping(
-                f"Worker {self.node} is shutting down; run {run.pk} not begun.", run_id=run.pk
+                f"Worker {self.node} is shutting down; run {run.pk} not begun.", run=run
             )
         context = context_prepare(run=run, message=message, read=read)
         self.begun = Begun(run=run, brain=brain, stored=stored, context=context)
@@ -130,8 +136,8 @@ def attempt_first(*, conversation_id: int, node: str) -> Begun | None:
 
 def attempt_next(conversation: Conversation, message: Message, *, node: str) -> Begun | None:
     """Inside the transaction that stores the previous reply (`attempt_finish`): begin the
-    attempt on the next message. Once a planned shutdown of this worker began, that attempt is
-    handed over as the shutdown hands over the others, and the reply still commits."""
+    attempt on the next message. Once a planned shutdown of this worker began, it is taken back
+    in that transaction (another worker begins it), and the reply still commits."""
     preparation = Preparation(node)
     try:
         attempt_start(
@@ -142,7 +148,7 @@ def attempt_next(conversation: Conversation, message: Message, *, node: str) -> 
             on_begin=preparation,
         )
     except WorkerStopping as stopping:
-        run_interrupt_for_shutdown(run_id=stopping.run_id, node=node)
+        attempt_withdraw(stopping.run)
         return None
     return preparation.begun
 
@@ -178,14 +184,21 @@ def attempt_execute(*, begun: Begun, node: str = "", turn_ends: float = 0.0) -> 
                 stored=begun.stored,
                 context=context,
             )
-            finished = attempt_finish(
+            finish = partial(
+                attempt_finish,
                 run=run,
                 reply_text=reply_text,
                 task_state=task_state,
                 remembered=remembered,
                 follow_up=time.monotonic() >= turn_ends,
-                begin_next=None if title_due(context) else partial(attempt_next, node=node),
             )
+            try:
+                finished = finish(
+                    begin_next=None if title_due(context) else partial(attempt_next, node=node)
+                )
+            except NextAttemptFailed:
+                logger.warning("Reply of run %s stored alone", run.pk, exc_info=True)
+                finished = finish()
             answered = heartbeat.completed = True
         except AttemptStopped as stop:
             logger.info("Attempt stopped: %s", stop)

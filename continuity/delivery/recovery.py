@@ -142,16 +142,10 @@ def runs_interrupt(*, node: str, rounds: int = 3) -> int:
         if not running:
             break
         for run_id in running:
-            interrupted += run_interrupt_for_shutdown(run_id=run_id, node=node)
+            interrupted += attempt_end(
+                run_id=run_id,
+                state=Run.State.INTERRUPTED,
+                error=f"Planned shutdown of worker {node}.",
+                handoff_reason=Handoff.Reason.PLANNED_SHUTDOWN,
+            )
     return interrupted
-
-
-def run_interrupt_for_shutdown(*, run_id: int, node: str) -> bool:
-    """Hand over one attempt of a node whose planned shutdown began: interrupted (the attempt
-    is given back), with a "planned shutdown" handoff; False if it had already ended."""
-    return attempt_end(
-        run_id=run_id,
-        state=Run.State.INTERRUPTED,
-        error=f"Planned shutdown of worker {node}.",
-        handoff_reason=Handoff.Reason.PLANNED_SHUTDOWN,
-    )

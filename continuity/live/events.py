@@ -8,6 +8,7 @@ never raised, and never allowed to stall the reply it reports on.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import queue
@@ -44,10 +45,13 @@ def publish(conversation_id: int, event: dict) -> None:
 
 
 def group_publish(group: str, event: dict) -> None:
-    if settings.CHANNEL_LAYERS["default"]["BACKEND"] != REDIS_LAYER:
-        async_to_sync(get_channel_layer().group_send)(group, event)
-        return
-    publisher().send(group, event)
+    try:
+        if settings.CHANNEL_LAYERS["default"]["BACKEND"] != REDIS_LAYER:
+            async_to_sync(get_channel_layer().group_send)(group, event)
+            return
+        publisher().send(group, event)
+    except Exception:  # published after a commit: raising would pass for a failed transaction
+        logger.exception("Live update %s to %s not sent", event["type"], group)
 
 
 # Deliver one event to the channels of a group, as channels-redis delivers it: each channel's
@@ -136,6 +140,8 @@ class Publisher:
                     settings.CONTINUITY_PUBLISH_PAUSE_SECONDS,
                     exc_info=True,
                 )
+            except Exception:  # an event that cannot be sent must not end the thread
+                logger.exception("%d live update(s) not sent", len(events))
             finally:
                 for _ in batch:
                     self.backlog.task_done()
@@ -161,8 +167,14 @@ class Publisher:
         for group, event in events:
             if not members[group]:
                 continue
-            # With one host, every channel's key is on connection 0.
-            _, messages, capacities = layer._map_channel_keys_to_connection(members[group], event)
+            try:
+                # With one host, every channel's key is on connection 0.
+                _, messages, capacities = layer._map_channel_keys_to_connection(
+                    members[group], event
+                )
+            except Exception:  # one that cannot be serialized must not cost the others
+                logger.exception("Live update %s to %s not sent", event["type"], group)
+                continue
             keys = list(messages)
             delivery.eval(
                 DELIVER,
@@ -192,7 +204,8 @@ class Publisher:
         return True
 
     def close(self) -> None:
-        self.backlog.put(self._STOP)
+        with contextlib.suppress(queue.Full):
+            self.backlog.put(self._STOP, timeout=self.timeout)
         self.thread.join(timeout=self.timeout * 2)
 
 
@@ -215,10 +228,12 @@ _publisher: tuple[int, Publisher] | None = None
 
 def publisher() -> Publisher:
     """This process's publisher. Keyed by pid: a prefork child inherits the parent's object but
-    not its loop thread, and must not share the parent's sockets."""
+    not its thread, and must not share the parent's sockets. One whose thread died is
+    replaced."""
     global _publisher
     with _publisher_lock:
-        if _publisher is None or _publisher[0] != os.getpid():
+        stale = _publisher is None or _publisher[0] != os.getpid()
+        if stale or not _publisher[1].thread.is_alive():
             _publisher = (os.getpid(), Publisher())
         return _publisher[1]
 

@@ -119,3 +119,20 @@ def test_a_page_that_reads_nothing_keeps_only_as_many_events_as_its_capacity(set
         return received
 
     assert async_to_sync(receive_all)() == [1, 2, 3]
+
+
+def test_an_event_that_cannot_be_sent_is_dropped_and_the_others_go_out():
+    from continuity.live.events import group_publish
+
+    layer = get_channel_layer()
+    page = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.group_add)("conversation.80", page)
+    publish_reply_chunk(conversation_id=80, message_id=1, run_id=1, seq=1, text=".")
+    group_publish("conversation.80", {"type": "reply.chunk", "seq": object()})  # not msgpack
+    publish_reply_chunk(conversation_id=80, message_id=1, run_id=1, seq=3, text=".")
+
+    async def receive() -> list[int]:
+        async with asyncio.timeout(5):
+            return [(await layer.receive(page))["seq"] for _ in range(2)]
+
+    assert async_to_sync(receive)() == [1, 3]

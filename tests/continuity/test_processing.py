@@ -108,8 +108,8 @@ def test_a_drain_of_a_worker_that_began_a_planned_shutdown_begins_no_further_mes
     conversation, settings, monkeypatch, earlier_exchange
 ):
     """After a first exchange (which may title the conversation) the next attempt begins in a
-    transaction of its own, and is not begun at all; after a later one it begins with the
-    reply, and is handed over as the shutdown hands over the others."""
+    transaction of its own, which rolls back; after a later one, in the reply's, which takes
+    it back. Either way the next attempt never began, and the reply is stored."""
     from continuity.delivery import processing
     from continuity.delivery.workers import worker_stopping_mark
 
@@ -133,10 +133,10 @@ def test_a_drain_of_a_worker_that_began_a_planned_shutdown_begins_no_further_mes
     # The attempt under way finishes (the handover would have interrupted it), no other goes on.
     replies = Message.objects.filter(role="assistant", reply_to__in=sent)
     assert [m.reply_to_id for m in replies] == [sent[0].pk]
-    runs = Run.objects.exclude(pk__in=before).order_by("id").values_list("message_id", "state")
-    handed_over = [(sent[1].pk, "interrupted")] if earlier_exchange else []
-    assert list(runs) == [(sent[0].pk, "completed"), *handed_over]
-    assert Message.objects.get(pk=sent[1].pk).attempts == 0  # none used up
+    runs = Run.objects.exclude(pk__in=before).values_list("message_id", "state")
+    assert list(runs) == [(sent[0].pk, "completed")]
+    second = Message.objects.get(pk=sent[1].pk)
+    assert (second.state, second.attempts, second.interruptions) == ("queued", 0, 0)
     assert drains == [{"conversation_id": conversation.pk}]
     drain_conversation(conversation_id=conversation.pk, node="another-worker@test")
     assert Message.objects.filter(role="assistant", reply_to__in=sent).count() == 3
@@ -360,3 +360,33 @@ def test_within_a_turn_the_next_attempt_begins_in_the_transaction_that_stores_th
     replies = Message.objects.filter(role="assistant", reply_to__in=sent).order_by("id")
     assert [reply.reply_to_id for reply in replies] == [m.pk for m in sent]
     assert Run.objects.filter(message__in=sent, state="completed").count() == 3
+
+
+def test_a_next_attempt_that_cannot_begin_with_the_reply_costs_the_reply_nothing(
+    conversation, settings, monkeypatch
+):
+    from continuity.delivery import processing
+
+    settings.CONTINUITY_DRAIN_TURN_SECONDS = 60
+    send(conversation, "hello")
+    drain_conversation(conversation_id=conversation.pk)  # a first exchange may be titled
+    sent = [send(conversation, f"note number {i}") for i in range(2)]
+    prepare = processing.context_prepare
+    failures = []
+
+    def fails_once_for_the_second(*, run, message, read):
+        if message.pk == sent[1].pk and not failures:
+            failures.append(run.pk)
+            raise RuntimeError("the next message's context could not be read")
+        return prepare(run=run, message=message, read=read)
+
+    monkeypatch.setattr(processing, "context_prepare", fails_once_for_the_second)
+    drain_conversation(conversation_id=conversation.pk)
+    assert failures  # it did fail inside the first reply's transaction
+    assert [list(m.runs.values_list("state", flat=True)) for m in sent] == [
+        ["completed"],
+        ["completed"],
+    ]
+    replies = Message.objects.filter(role="assistant", reply_to__in=sent).order_by("id")
+    assert [reply.reply_to_id for reply in replies] == [m.pk for m in sent]
+    assert Message.objects.get(pk=sent[0].pk).attempts == 1
