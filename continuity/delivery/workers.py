@@ -11,6 +11,7 @@ import logging
 import os
 import socket
 import uuid
+from pathlib import Path
 
 import redis
 from django.db.models.functions import Now
@@ -89,7 +90,18 @@ def process_gone(worker: str) -> bool:
         return True
     except PermissionError:
         return False
-    return False
+    return process_ended(int(pid))
+
+
+def process_ended(pid: int) -> bool:
+    """Whether a process that still has its pid has ended: a zombie, not yet collected by its
+    parent. A killed worker's pool processes stay so until init collects them, which took up
+    to two seconds on the machines this runs on. False where /proc cannot say."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2 :].startswith("Z")
 
 
 def worker_announce(*, name: str) -> Worker:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import uuid
@@ -21,7 +22,9 @@ from continuity.delivery.recovery import (
     watchdog_tick,
     worker_start_scan,
 )
+from continuity.delivery.workers import process_ended, process_gone
 from continuity.models import Conversation, CrashRecord, Run
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.django_db
 
@@ -153,6 +156,18 @@ def test_a_restarted_node_reaps_its_earlier_incarnations_dead_runs_without_waiti
     assert worker_start_scan(node="w2@host")["reaped"] == 0
     assert worker_start_scan(node="w1@host")["reaped"] == 1
     assert CrashRecord.objects.get(run=run).detected_by == "worker_start"
+
+
+def test_a_dead_process_not_yet_collected_counts_as_gone(conversation):
+    """A killed worker's pool processes stay zombies until init collects them (up to two
+    seconds here): a node restarted meanwhile must still reap their attempts at once."""
+    ended = subprocess.Popen(["true"])  # not waited for: a zombie once it exits
+    try:
+        wait_for(lambda: process_ended(ended.pid), timeout=10, what=f"process {ended.pid} to end")
+        assert process_gone(f"{socket.gethostname()}:{ended.pid}")
+    finally:
+        ended.wait()
+    assert not process_gone(f"{socket.gethostname()}:{os.getpid()}")  # this one lives
 
 
 def test_a_live_attempt_of_a_worker_sharing_the_node_name_is_not_reaped(conversation):
