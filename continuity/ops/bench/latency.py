@@ -140,7 +140,9 @@ def latency_notes(plan: Plan) -> list[str]:
         "(one prepared statement a poll).",
         "Counts: one steady-state message (the conversation's third or later; no facts stated), "
         "run in the bench process. Transactions: each `atomic` block that ran statements, plus "
-        "each statement outside one (autocommit). Round trips: statements plus BEGIN and COMMIT.",
+        "each statement outside one (autocommit). Round trips: statements sent together count "
+        "once, with the BEGIN before them and the COMMIT sent with them; a COMMIT of its own "
+        "counts one.",
         "Redis commands: those clients send (MONITOR); the commands their Lua scripts run on the "
         "server are counted apart. End to end adds the worker's broker traffic and whatever the "
         "idle worker sends meanwhile (its BRPOP every second, heartbeats).",
