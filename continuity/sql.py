@@ -146,6 +146,17 @@ def batch(*statements: Statement, commit: bool = False) -> list[list[tuple]]:
     return found
 
 
+def unflushed_commit() -> list[Statement]:
+    """For a transaction whose writes are not worth a wait for the disk, as its first statement:
+    its commit returns before they are flushed (PostgreSQL's synchronous_commit off, for this
+    transaction only: a crash of the database may lose it). Only in an outermost `atomic`
+    block: in a nested one, the transaction around it would not wait either."""
+    db = _db()
+    if db.vendor != "postgresql" or not _commits_on_exit(db):
+        return []
+    return [("SELECT set_config('synchronous_commit', 'off', true)", [])]
+
+
 def _commits_on_exit(db: BaseDatabaseWrapper) -> bool:
     """Whether the current transaction is an outermost `atomic` block that will commit."""
     return (

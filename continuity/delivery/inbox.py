@@ -123,12 +123,19 @@ def drain_send(*, conversation_id: int) -> None:
 def drain_sent_at(*, conversation_id: int) -> None:
     """When a drain was last really sent: the watchdog's clock for "lost". Not bumped when a
     drain already waits, or a stuck marker would look fresh for as long as messages keep
-    arriving. Best effort: the drain is on its way, and a stale time costs a spare re-send."""
+    arriving. Best effort: the drain is on its way, and a stale time costs a spare re-send, so
+    its commit does not wait for the disk (the accept that sent the drain waits for it)."""
     try:
-        sql.execute(
-            f"UPDATE continuity_conversation SET enqueued_at = {sql.db_now()} WHERE id = %s",
-            [conversation_id],
-        )
+        with transaction.atomic():
+            sql.batch(
+                *sql.unflushed_commit(),
+                (
+                    f"UPDATE continuity_conversation SET enqueued_at = {sql.db_now()} "
+                    "WHERE id = %s RETURNING id",
+                    [conversation_id],
+                ),
+                commit=True,
+            )
     except (DatabaseError, InterfaceError):
         logger.warning("Send time of conversation %s not recorded", conversation_id)
 

@@ -59,3 +59,23 @@ def test_inside_an_outer_transaction_the_commit_is_left_to_it(conversation):
         sql.batch(retitle(conversation.pk, "rolled back"), commit=True)
         raise RuntimeError("the inner block rolls back")
     assert Conversation.objects.get(pk=conversation.pk).title == conversation.title
+
+
+def synchronous_commit_now() -> str:
+    (value,) = sql.row("SELECT current_setting('synchronous_commit')")
+    return value
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_unflushed_commit_concerns_its_own_transaction_only():
+    with transaction.atomic():
+        sql.batch(*sql.unflushed_commit(), ("SELECT 1", []))
+        assert synchronous_commit_now() == "off"
+    assert synchronous_commit_now() == "on"
+
+
+def test_inside_an_outer_transaction_no_commit_is_unflushed(db):
+    # The test's own transaction is the outer one here: it must keep waiting for the disk.
+    with transaction.atomic():
+        assert sql.unflushed_commit() == []
+    assert synchronous_commit_now() == "on"
