@@ -129,11 +129,11 @@ def batch(*statements: Statement, commit: bool = False) -> list[list[tuple]]:
     db = _db()
     if db.vendor != "postgresql":
         return [rows(*statement) for statement in statements]
-    ends = [("COMMIT", [])] if commit and _commits_on_exit(db) else []
-    cursors = [cursor()] + [_bound_cursor(db) for _ in [*statements, *ends][1:]]
+    sent = [*statements, ("COMMIT", [])] if commit and _commits_on_exit(db) else statements
+    cursors = [cursor()] + [_bound_cursor(db) for _ in sent[1:]]
     try:
         with db.wrap_database_errors, db.connection.pipeline():
-            for each, (text, params) in zip(cursors, [*statements, *ends], strict=True):
+            for each, (text, params) in zip(cursors, sent, strict=True):
                 each.execute(text, params)
         found = [each.fetchall() for each in cursors[: len(statements)]]
     finally:

@@ -39,9 +39,14 @@ def worker_key(name: str) -> str:
     return f"continuity:worker:{name}:alive"
 
 
+def key_set(client: redis.Redis, key: str):
+    """Write a heartbeat key, alive for the heartbeat TTL (on a client or a pipeline)."""
+    return client.set(key, "1", px=int(heartbeat_ttl().total_seconds() * 1000))
+
+
 def key_refresh(key: str) -> None:
     try:
-        redis_client().set(key, "1", px=int(heartbeat_ttl().total_seconds() * 1000))
+        key_set(redis_client(), key)
     except redis.RedisError:
         logger.warning("Heartbeat key %s not refreshed: Redis unavailable", key)
 

@@ -18,9 +18,9 @@ from django.db.models.functions import Now
 
 from ..models import Worker
 from .heartbeats import (
-    heartbeat_ttl,
     key_delete,
     key_refresh,
+    key_set,
     keys_alive,
     redis_client,
     run_key,
@@ -63,15 +63,10 @@ def attempt_key_write(*, run_id: int, node: str) -> bool:
     shutdown of this start of the node began (the run must then not begin: its worker hands
     over its attempts), in one round trip. False when Redis cannot say: the handover then
     catches the attempt, or the watchdog does."""
-    ttl = int(heartbeat_ttl().total_seconds() * 1000)
     try:
-        _, stopping = (
-            redis_client()
-            .pipeline(transaction=False)
-            .set(run_key(run_id), "1", px=ttl)
-            .exists(stopping_key(node))
-            .execute()
-        )
+        pipeline = redis_client().pipeline(transaction=False)
+        key_set(pipeline, run_key(run_id))
+        _, stopping = pipeline.exists(stopping_key(node)).execute()
     except redis.RedisError:
         logger.warning("Run %s: heartbeat key not written, Redis unavailable", run_id)
         return False
