@@ -30,7 +30,10 @@ class Conversation(models.Model):
         help_text="Backoff after a crash or failure: nothing is processed before this moment.",
     )
     enqueued_at = models.DateTimeField(
-        null=True, blank=True, help_text="When a drain task was last sent for this conversation."
+        null=True,
+        blank=True,
+        help_text="When a drain task was last sent for this conversation, or a message accepted "
+        "(which sends one unless one waits); empty after a send failed.",
     )
     titled_by_owner = models.BooleanField(
         default=False, help_text="Renamed by its owner: the brain no longer sets the title."

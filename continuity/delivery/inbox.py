@@ -71,22 +71,28 @@ def drain_marker_key(conversation_id: int) -> str:
     return f"continuity:conversation:{conversation_id}:drain-queued"
 
 
-def conversation_enqueue(*, conversation_id: int) -> None:
+def conversation_enqueue(*, conversation_id: int, stamped: bool = False) -> None:
     """Ask a worker to drain the conversation once the current transaction commits.
+    `stamped`: the transaction set the conversation's `enqueued_at` itself (see `drain_send`).
 
     The stored pending message, not this broker message, is the real outbox: if the send is lost
     (process death right after commit, Redis down or flushed), the watchdog sends it again.
     """
-    transaction.on_commit(lambda: drain_send(conversation_id=conversation_id))
+    transaction.on_commit(lambda: drain_send(conversation_id=conversation_id, stamped=stamped))
 
 
-def drain_send(*, conversation_id: int) -> None:
+def drain_send(*, conversation_id: int, stamped: bool = False) -> None:
     """Send a drain task unless one for this conversation is already waiting in the queue.
 
-    One waiting drain per conversation keeps the queue fair: a drain answers one message and then
-    sends the next drain to the back of the queue, so conversations take turns. The marker lives
-    in the broker's Redis, so a Redis that loses its queue loses the markers with it; it holds
-    the drain's sequence number, and a worker clears it when it receives the task.
+    One waiting drain per conversation keeps the queue fair: a drain answers messages for a turn
+    and then sends the next drain to the back of the queue, so conversations take turns. The
+    marker lives in the broker's Redis, so a Redis that loses its queue loses the markers with
+    it; it holds the drain's sequence number, and a worker clears it when it receives the task.
+
+    The conversation's `enqueued_at` (the watchdog's clock for a lost drain) is set once the
+    drain is sent, unless the transaction that asked for it set it already (`stamped`: an
+    accept sets it with its message, one transaction fewer); a send that fails clears it, so
+    the watchdog's next sweep sends the drain again.
     """
     marker = drain_marker_key(conversation_id)
     ttl = int(settings.CONTINUITY_DRAIN_MARKER_SECONDS)
@@ -106,7 +112,8 @@ def drain_send(*, conversation_id: int) -> None:
                 time_limit=settings.CELERY_TASK_TIME_LIMIT,
             )
             sent = True
-            drain_sent_at(conversation_id=conversation_id)
+            if not stamped:
+                drain_sent_at(conversation_id=conversation_id)
     except SEND_ERRORS:
         # Only broker and network errors: a soft time limit raised meanwhile must reach the task.
         logger.warning(
@@ -114,23 +121,24 @@ def drain_send(*, conversation_id: int) -> None:
             conversation_id,
             exc_info=True,
         )
+        drain_sent_at(conversation_id=conversation_id, unsent=True)
     finally:
         if claimed and not sent:
             # A marker without its task would hold off every enqueue until it expires.
             key_delete(marker)
 
 
-def drain_sent_at(*, conversation_id: int) -> None:
-    """When a drain was last really sent: the watchdog's clock for "lost". Not bumped when a
-    drain already waits, or a stuck marker would look fresh for as long as messages keep
-    arriving. Best effort: the drain is on its way, and a stale time costs a spare re-send, so
-    its commit does not wait for the disk (the accept that sent the drain waits for it)."""
+def drain_sent_at(*, conversation_id: int, unsent: bool = False) -> None:
+    """When a drain was last sent (`unsent`: none, a send failed): the watchdog's clock for
+    "lost". Best effort: a stale time costs a spare re-send or a later one, so its commit does
+    not wait for the disk."""
+    sent_at = "NULL" if unsent else sql.db_now()
     try:
         with transaction.atomic():
             sql.batch(
                 *sql.unflushed_commit(),
                 (
-                    f"UPDATE continuity_conversation SET enqueued_at = {sql.db_now()} "
+                    f"UPDATE continuity_conversation SET enqueued_at = {sent_at} "
                     "WHERE id = %s RETURNING id",
                     [conversation_id],
                 ),
@@ -193,18 +201,20 @@ def message_queue(*, conversation_id: int, text: str, **fields) -> Message:
         Message, conversation_id=conversation_id, role=Message.Role.USER, text=text, **fields
     )
     # Locking the conversation first makes message ids follow commit order, which is the order
-    # in which the conversation is answered. One round trip for both, and the commit.
+    # in which the conversation is answered. One round trip for both, and the commit, which
+    # stamps the drain's send too (`drain_send`).
+    now = sql.db_now()
     _, stored = sql.batch(
         (
-            f"UPDATE continuity_conversation SET updated_at = {sql.db_now()} WHERE id = %s "
-            "RETURNING id",
+            f"UPDATE continuity_conversation SET updated_at = {now}, enqueued_at = {now} "
+            "WHERE id = %s RETURNING id",
             [conversation_id],
         ),
         insert,
         commit=True,
     )
     message = sql.inserted(Message, stored, written)
-    conversation_enqueue(conversation_id=conversation_id)
+    conversation_enqueue(conversation_id=conversation_id, stamped=True)
     transaction.on_commit(
         lambda: publish_message_changed(conversation_id=conversation_id, message_id=message.pk)
     )

@@ -184,3 +184,32 @@ def test_a_broker_error_during_an_enqueue_is_logged_for_the_watchdog(
     monkeypatch.setattr(celery_app, "send_task", broker_down)
     drain_send(conversation_id=conversation.pk)
     assert "the watchdog will retry" in caplog.text
+
+
+def test_an_accept_stamps_its_drains_send_in_its_own_transaction(
+    conversation, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        message_accept(conversation=conversation, text="Hello", client_id=uuid.uuid4())
+    conversation.refresh_from_db()
+    assert callbacks  # the drain is still to be sent
+    assert conversation.enqueued_at is not None
+
+
+def test_an_accept_whose_drain_cannot_be_sent_is_due_at_the_watchdogs_next_sweep(
+    conversation, monkeypatch, django_capture_on_commit_callbacks
+):
+    from kombu.exceptions import OperationalError
+
+    from continuity import celery_app
+    from continuity.delivery.recovery import due_conversation_ids
+
+    def broker_down(*args, **kwargs):
+        raise OperationalError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+
+    monkeypatch.setattr(celery_app, "send_task", broker_down)
+    with django_capture_on_commit_callbacks(execute=True):
+        message_accept(conversation=conversation, text="Hello", client_id=uuid.uuid4())
+    conversation.refresh_from_db()
+    assert conversation.enqueued_at is None
+    assert due_conversation_ids() == [conversation.pk]

@@ -57,7 +57,11 @@ def drains_sent_from_now(monkeypatch) -> list[dict]:
     from continuity.delivery import inbox
 
     sent: list[dict] = []
-    monkeypatch.setattr(inbox, "drain_send", lambda **kwargs: sent.append(kwargs))
+    monkeypatch.setattr(
+        inbox,
+        "drain_send",
+        lambda *, conversation_id, **_: sent.append({"conversation_id": conversation_id}),
+    )
     return sent
 
 

@@ -25,7 +25,7 @@ def test_a_stopped_reply_keeps_what_was_written_and_the_next_message_goes_on(
     sent = []
     monkeypatch.setattr(
         "continuity.delivery.inbox.drain_send",
-        lambda *, conversation_id: sent.append(conversation_id),
+        lambda *, conversation_id, **_: sent.append(conversation_id),
     )
     first, second = send(conversation, "Tell me a long story"), send(conversation, "Thanks")
     run = attempt_begin(conversation_id=conversation.pk)
