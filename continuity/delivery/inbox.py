@@ -96,7 +96,7 @@ def drain_send(*, conversation_id: int, stamped: bool = False) -> None:
     """
     marker = drain_marker_key(conversation_id)
     ttl = int(settings.CONTINUITY_DRAIN_MARKER_SECONDS)
-    claimed, sent = True, False  # claimed unless Redis answers that another drain holds it
+    claimed, sent, failed = True, False, False  # claimed unless Redis answers that it is held
     try:
         keys = (marker, DRAIN_RECEIVED_KEY, DRAIN_SEQUENCE_KEY)
         sequence = redis_client().eval(CLAIM, len(keys), *keys, ttl)
@@ -121,11 +121,15 @@ def drain_send(*, conversation_id: int, stamped: bool = False) -> None:
             conversation_id,
             exc_info=True,
         )
-        drain_sent_at(conversation_id=conversation_id, unsent=True)
+        failed = True
     finally:
         if claimed and not sent:
             # A marker without its task would hold off every enqueue until it expires.
             key_delete(marker)
+    if failed:
+        # Once the marker is gone: an accept that it refused committed before this write, so
+        # the watchdog's next sweep sends the drain for that message too.
+        drain_sent_at(conversation_id=conversation_id, unsent=True)
 
 
 def drain_sent_at(*, conversation_id: int, unsent: bool = False) -> None:

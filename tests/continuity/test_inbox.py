@@ -5,6 +5,7 @@ import uuid
 
 import pytest
 from django.db import connection, transaction
+from django.utils import timezone
 
 from continuity.delivery.inbox import conversation_start, message_accept, title_from_text
 from continuity.errors import ClientIdReused, InvalidMessage
@@ -208,6 +209,7 @@ def test_an_accept_whose_drain_cannot_be_sent_is_due_at_the_watchdogs_next_sweep
         raise OperationalError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
 
     monkeypatch.setattr(celery_app, "send_task", broker_down)
+    Conversation.objects.filter(pk=conversation.pk).update(enqueued_at=timezone.now())
     with django_capture_on_commit_callbacks(execute=True):
         message_accept(conversation=conversation, text="Hello", client_id=uuid.uuid4())
     conversation.refresh_from_db()
