@@ -103,13 +103,16 @@ def drain_send(*, conversation_id: int, stamped: bool = False) -> None:
         claimed = bool(sequence)
         if claimed:
             # The limits are read now, from this process's settings: Celery would otherwise
-            # put the values it cached at its first send into every message.
+            # put the values it cached at its first send into every message. A drain has no
+            # result: without `ignore_result`, a send from a thread new to Celery (the web
+            # process runs each request in one) first builds that thread's result backend.
             celery_app.send_task(
                 DRAIN_TASK,
                 (conversation_id,),
                 {"sequence": sequence},
                 soft_time_limit=settings.CELERY_TASK_SOFT_TIME_LIMIT,
                 time_limit=settings.CELERY_TASK_TIME_LIMIT,
+                ignore_result=True,
             )
             sent = True
             if not stamped:
