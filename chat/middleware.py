@@ -1,4 +1,5 @@
-"""A database outage answers 503 "try again", never a 500, and loses no typed text."""
+"""A database outage answers 503 "try again", never a 500, and loses no typed text; and a
+request's middleware runs in one thread."""
 
 from __future__ import annotations
 
@@ -34,3 +35,21 @@ class DatabaseUnavailableMiddleware:
         )
         response["Retry-After"] = str(RETRY_AFTER_SECONDS)
         return response
+
+
+class SyncChainMiddleware:
+    """Last in MIDDLEWARE, and sync only: it keeps a request's middleware in its thread.
+
+    Under ASGI, Django builds the chain from an async handler, so every async-capable middleware
+    runs async and calls each of its sync hooks through a hop from the event loop to the
+    request's thread and back: sixteen hops for one page. With a sync-only middleware innermost,
+    every middleware runs sync, in the request's thread, as the views do."""
+
+    sync_capable = True
+    async_capable = False
+
+    def __init__(self, get_response) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        return self.get_response(request)

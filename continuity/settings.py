@@ -104,8 +104,9 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
-    # Last, as django-axes requires: it turns a locked-out login into the lockout page.
+    # Last but one: django-axes turns a locked-out login into the lockout page.
     "axes.middleware.AxesMiddleware",
+    "chat.middleware.SyncChainMiddleware",
 ]
 
 ROOT_URLCONF = "continuity.urls"
