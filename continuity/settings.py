@@ -299,6 +299,10 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # unique reply absorb.
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 CELERY_TASK_IGNORE_RESULT = True
+# No results are kept, so the (disabled) result backend holds no connection: one for every
+# thread. Otherwise each new thread that sends a task builds its own, which looks up Celery's
+# backend plugins on disk: the web process runs each request in a new thread.
+CELERY_RESULT_BACKEND_THREAD_SAFE = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_WORKER_SEND_TASK_EVENTS = False
 # Celery's Django fixup closes every database connection before and after each task (it no
