@@ -104,8 +104,7 @@ def drain_send(*, conversation_id: int, stamped: bool = False) -> None:
         if claimed:
             # The limits are read now, from this process's settings: Celery would otherwise
             # put the values it cached at its first send into every message. A drain has no
-            # result: without `ignore_result`, a send from a thread new to Celery (the web
-            # process runs each request in one) first builds that thread's result backend.
+            # result (`ignore_result`: the result backend is not told of the send).
             celery_app.send_task(
                 DRAIN_TASK,
                 (conversation_id,),
