@@ -8,7 +8,15 @@ from dataclasses import dataclass
 
 from django.contrib.postgres.search import SearchHeadline, SearchQuery, SearchRank, SearchVector
 from django.db import connection
-from django.db.models import Count, DurationField, ExpressionWrapper, F, Max, QuerySet
+from django.db.models import (
+    Count,
+    DurationField,
+    ExpressionWrapper,
+    F,
+    Max,
+    QuerySet,
+    prefetch_related_objects,
+)
 from django.db.models.functions import Now
 
 from .context.recoveries import recovery_sentence
@@ -102,16 +110,36 @@ def exchanges_page(
 
 
 def exchanges_from(messages: QuerySet[Message]) -> list[Exchange]:
-    messages = list(
-        messages.select_related("reply", "dead_letter__retried_as", "reasked_from").order_by("id")
+    """Related rows are read only for the messages whose state can have them: most renderings
+    are of a message still queued or being answered (live updates), which then cost one plain
+    query, plus its stored chunks while it streams."""
+    messages = list(messages.order_by("id"))
+    settled = [m for m in messages if m.state not in Message.PENDING_STATES]
+    settled_ids = {m.pk for m in settled}
+    # A reply is stored in the transaction that marks its message done; a message that could
+    # not be answered has its dead letter.
+    prefetch_related_objects(settled, "reply")
+    prefetch_related_objects(
+        [m for m in messages if m.state == Message.State.DEAD], "dead_letter__retried_as"
     )
+    prefetch_related_objects([m for m in messages if m.reasked_from_id], "reasked_from")
     streaming = streaming_runs(m.pk for m in messages if m.state == Message.State.PROCESSING)
-    banners = recovery_banners([m.pk for m in messages])
-    versions = versions_of([m for m in messages if m.hidden_with_id is None])
+    # A recovery is recorded for an attempt that follows another on the same message: a
+    # crashed attempt keeps its count, an interrupted one moves it to `interruptions`.
+    banners = recovery_banners([m.pk for m in messages if m.attempts + m.interruptions > 1])
+    # A version is added only while nothing in the conversation is pending, so a message with
+    # later versions is a version itself or settled.
+    versions = versions_of(
+        [
+            m
+            for m in messages
+            if m.hidden_with_id is None and (m.version_of_id or m.pk in settled_ids)
+        ]
+    )
     return [
         Exchange(
             message=m,
-            reply=getattr(m, "reply", None),
+            reply=getattr(m, "reply", None) if m.pk in settled_ids else None,
             recoveries=banners.get(m.pk, ()),
             versions=versions.get(m.pk),
             **streaming.get(m.pk, {}),
@@ -122,6 +150,8 @@ def exchanges_from(messages: QuerySet[Message]) -> list[Exchange]:
 
 def versions_of(messages: list[Message]) -> dict[int, Versions]:
     """For each shown message that has other versions: all of them, in the order written."""
+    if not messages:
+        return {}
     roots = {m.version_of_id or m.pk for m in messages}
     later = Message.objects.filter(version_of_id__in=roots).order_by("id")
     rows = list(later.values_list("version_of_id", "pk", "text"))
@@ -145,6 +175,8 @@ def versions_of(messages: list[Message]) -> dict[int, Versions]:
 
 
 def recovery_banners(message_ids: list[int]) -> dict[int, tuple[RecoveryBanner, ...]]:
+    if not message_ids:
+        return {}
     found: dict[int, tuple[RecoveryBanner, ...]] = {}
     for recovery in Recovery.objects.filter(message_id__in=message_ids).order_by("id"):
         banner = RecoveryBanner(pk=recovery.pk, sentence=recovery_sentence(recovery))
@@ -182,7 +214,10 @@ def message_counts_by_state() -> dict[str, int]:
 
 def retry_wait_of(conversation: Conversation) -> int | None:
     """Seconds until an interrupted message is tried again (the backoff, on the database's
-    clock), or None when no message waits on one: paused, an attempt running, nothing queued."""
+    clock), or None when no message waits on one: paused, an attempt running, nothing queued.
+    `conversation` is freshly read: without a retry time set there is nothing to ask."""
+    if conversation.retry_at is None:
+        return None
     wait = (
         Conversation.objects.filter(
             pk=conversation.pk,
