@@ -6,10 +6,14 @@ it receives carries a version, so whatever is lost or reordered in between is re
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
+import threading
 from importlib import import_module
 from types import SimpleNamespace
 
+from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
@@ -20,6 +24,7 @@ from continuity.live.events import conversation_group, session_group, user_group
 from continuity.models import Conversation
 from continuity.selectors import conversation_status, exchanges_of, newest_message_id
 
+logger = logging.getLogger(__name__)
 PAGE = "chat/conversation.html"
 MAX_SYNC_IDS = 2000
 # A sync with MAX_SYNC_IDS ids fits easily; anything bigger is not from our page.
@@ -27,11 +32,40 @@ MAX_FRAME_CHARS = 32 * 1024
 # Close code for "your session ended": the page tells the person to sign in again.
 SESSION_ENDED = 4401
 CONVERSATION_DELETED = 4404
+SERVER_ERROR = 1011  # the page reconnects and catches up
 SYNC_FORMAT = 'Expected {"type": "sync", "after": <id>, "pending": [<id>, ...]}.'
 
 
 class ConversationConsumer(AsyncJsonWebsocketConsumer):
+    """A changed message is rendered when the database thread gets to it, not once per event:
+    channels runs every socket's database work in one thread, and under load a message changes
+    several times while its rendering waits (accepted, answering, answered). One rendering
+    then covers every change before it, and a chunk of a message whose rendering is still to
+    come is not sent at all: that rendering reads it from the database."""
+
     groups_joined: tuple[str, ...] = ()
+    renderer: asyncio.Task | None = None
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        # Filled by events on the event loop, taken by the rendering in the database thread.
+        self.owed_lock = threading.Lock()
+        self.owed_ids: set[int] = set()
+        self.owed_status = False
+        self.rendering_ids: set[int] = set()
+        # Chunks of the messages being rendered: that rendering may have read the database
+        # before they were stored, so they follow it.
+        self.held_chunks: list[dict] = []
+
+    async def dispatch(self, message: dict) -> None:
+        """Channels' dispatch without its turn in the database thread before every message (to
+        close stale connections): this consumer reaches the database only through
+        database_sync_to_async, which closes them around each call, and most messages (chunks,
+        changes whose rendering is already due) need no database at all."""
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"No handler for message type {message['type']}")
+        await handler(message)
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -53,6 +87,8 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
         await self.accept()
 
     async def disconnect(self, code: int) -> None:
+        if self.renderer is not None:
+            self.renderer.cancel()
         for group in self.groups_joined:
             await self.channel_layer.group_discard(group, self.channel_name)
 
@@ -71,9 +107,11 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
         await self.send_json({"type": "status", "html": await self.render_status()})
 
     async def message_changed(self, event: dict) -> None:
-        html, status = await self.render_changed(event["message_id"])
-        await self.send_json({"type": "exchanges", "html": html})
-        await self.send_json({"type": "status", "html": status})
+        with self.owed_lock:
+            self.owed_ids.add(event["message_id"])
+            # A failed or interrupted attempt starts a backoff (or pauses), a new one ends it.
+            self.owed_status = True
+        self.render_owed_soon()
 
     async def branch_changed(self, event: dict) -> None:
         """Exchanges hidden by a new version or a switch are sent empty and hidden (the page
@@ -87,15 +125,49 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
         await self.send_json({"type": "status", "html": await self.render_status()})
 
     async def conversation_changed(self, event: dict) -> None:
-        await self.send_json({"type": "status", "html": await self.render_status()})
+        with self.owed_lock:
+            self.owed_status = True
+        self.render_owed_soon()
 
     async def conversation_deleted(self, event: dict) -> None:
         await self.close(code=CONVERSATION_DELETED)
 
     async def reply_chunk(self, event: dict) -> None:
-        await self.send_json(
-            {key: event[key] for key in ("message_id", "run_id", "seq", "text")} | {"type": "chunk"}
-        )
+        frame = {key: event[key] for key in ("message_id", "run_id", "seq", "text")}
+        frame["type"] = "chunk"
+        with self.owed_lock:
+            if event["message_id"] in self.owed_ids:
+                return
+            if event["message_id"] in self.rendering_ids:
+                self.held_chunks.append(frame)
+                return
+        await self.send_json(frame)
+
+    def render_owed_soon(self) -> None:
+        if self.renderer is None or self.renderer.done():
+            self.renderer = asyncio.create_task(self.render_owed())
+
+    async def render_owed(self) -> None:
+        try:
+            while self.owed_ids or self.owed_status:
+                html, status = await self.render_owed_now()
+                if html:
+                    await self.send_json({"type": "exchanges", "html": html})
+                if status is not None:
+                    await self.send_json({"type": "status", "html": status})
+                await self.send_held_chunks()
+        except Exception:  # as a failed handler would: the page reconnects and catches up
+            logger.exception("Live rendering of conversation %s failed", self.conversation.pk)
+            await self.close(code=SERVER_ERROR)
+
+    async def send_held_chunks(self) -> None:
+        while True:
+            with self.owed_lock:
+                if not self.held_chunks:
+                    self.rendering_ids = set()
+                    return
+                frame = self.held_chunks.pop(0)
+            await self.send_json(frame)
 
     async def session_ended(self, event: dict) -> None:
         await self.close(code=SESSION_ENDED)
@@ -129,10 +201,14 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
         return up_to, self.exchanges_html(wanted)
 
     @database_sync_to_async
-    def render_changed(self, message_id: int) -> tuple[str, str]:
-        """The exchange of a changed message, and the status: a failed or interrupted attempt
-        starts a backoff (or pauses), a new attempt ends it. In one hop to a thread."""
-        return self.exchanges_html({message_id}), self.status_html()
+    def render_owed_now(self) -> tuple[str, str | None]:
+        """The exchanges of the changed messages, and the status if it is owed: what is taken
+        here is read after the changes were committed."""
+        with self.owed_lock:
+            self.rendering_ids, self.owed_ids = self.owed_ids, set()
+            status_owed, self.owed_status = self.owed_status, False
+        html = self.exchanges_html(self.rendering_ids) if self.rendering_ids else ""
+        return html, self.status_html() if status_owed else None
 
     def exchanges_html(self, message_ids: set[int]) -> str:
         return "".join(

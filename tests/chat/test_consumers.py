@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
+import psycopg
 import pytest
 from asgiref.sync import async_to_sync
 from channels.testing import WebsocketCommunicator
 from django.conf import settings
+from django.db import connection
 from django.test import Client
 
 from continuity.asgi import application
@@ -16,6 +19,7 @@ from continuity.delivery.inbox import message_accept
 from continuity.live.events import publish_message_changed, publish_reply_chunk
 from continuity.models import ReplyChunk
 from tests.factories import ConversationFactory, UserFactory
+from tests.waiting import lock_waiters, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -149,6 +153,61 @@ def test_published_events_reach_the_socket(owned):
         "text": "Hel",
     }
     assert exchange["type"] == "exchanges" and f"exchange-{message.pk}" in exchange["html"]
+
+
+def test_changes_made_while_a_rendering_waits_are_rendered_together(owned):
+    """The messages table is locked while the socket renders the first message: what reaches the
+    socket meanwhile waits for that rendering (its chunk) or for one rendering of its own."""
+    owner, conversation, first = owned
+    second = message_accept(conversation=conversation, text="And again", client_id=uuid.uuid4())
+    headers = session_headers(owner)
+    db = connection.settings_dict
+    blocker = psycopg.connect(
+        host=db["HOST"] or "127.0.0.1", port=db["PORT"] or 5432, user=db["USER"], dbname=db["NAME"]
+    )
+
+    def chunk(message_id: int, seq: int) -> None:
+        publish_reply_chunk(
+            conversation_id=conversation.pk, message_id=message_id, run_id=7, seq=seq, text="x"
+        )
+
+    async def scenario():
+        socket = communicator(conversation.pk, headers)
+        assert (await socket.connect())[0]
+        blocker.execute("LOCK TABLE continuity_message IN ACCESS EXCLUSIVE MODE")
+        publish_message_changed(conversation_id=conversation.pk, message_id=first.pk)
+        await asyncio.to_thread(
+            wait_for, lock_waiters, timeout=10, what="the rendering to wait for the lock"
+        )
+        chunk(first.pk, 1)  # may not be in the rendering under way: sent after it
+        for _ in range(2):
+            publish_message_changed(conversation_id=conversation.pk, message_id=second.pk)
+        chunk(second.pk, 1)  # its rendering is still to come, and will hold it
+        chunk(first.pk + 1000, 1)  # a message nothing waits for: sent at once
+        frames = [await socket.receive_json_from(timeout=5)]
+        blocker.rollback()
+        frames += [await socket.receive_json_from(timeout=5) for _ in range(5)]
+        assert await socket.receive_nothing(timeout=0.5)
+        await socket.disconnect()
+        return frames
+
+    try:
+        frames = async_to_sync(scenario)()
+    finally:
+        blocker.close()
+    kinds = [(frame["type"], frame.get("message_id")) for frame in frames]
+    assert kinds == [
+        ("chunk", first.pk + 1000),
+        ("exchanges", None),
+        ("status", None),
+        ("chunk", first.pk),
+        ("exchanges", None),
+        ("status", None),
+    ]
+    assert f"exchange-{first.pk}" in frames[1]["html"]
+    assert f"exchange-{second.pk}" not in frames[1]["html"]
+    assert f"exchange-{second.pk}" in frames[4]["html"]
+    assert f"exchange-{first.pk}" not in frames[4]["html"]
 
 
 def test_a_reconnecting_browser_gets_the_partial_reply_from_the_database(owned):

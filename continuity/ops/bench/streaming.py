@@ -33,6 +33,8 @@ UNLIMITED = {"CONTINUITY_SEND_RATE": "1000000/second"}
 CHUNK_TIMEOUT = 30  # live updates are at most once: a lost chunk is an error, not a hang
 RESENDS = 5
 MESSAGE_ID = re.compile(r'data-message-id="(\d+)"')
+ARTICLE = re.compile(r"<article\b[^>]*>")
+ATTRIBUTE = re.compile(r'(data-message-id|data-seq|data-state)="(\w+)"')
 
 
 @dataclass(frozen=True)
@@ -182,16 +184,21 @@ class PageClient:
         try:
             async for frame in self.socket:
                 event = json.loads(frame)
-                if event.get("type") != "chunk":
-                    continue
-                self.first_chunk.setdefault(event["message_id"], time.perf_counter())
-                waiter = self.waiting.pop(event["message_id"], None)
-                if waiter is not None and not waiter.done():
-                    waiter.set_result(None)
+                if event.get("type") == "chunk":
+                    self.reply_seen(event["message_id"])
+                elif event.get("type") == "exchanges":
+                    for message_id in replied_in(event["html"]):
+                        self.reply_seen(message_id)
         finally:
             for waiter in self.waiting.values():
                 if not waiter.done():
                     waiter.set_exception(SocketClosed("the socket closed"))
+
+    def reply_seen(self, message_id: int) -> None:
+        self.first_chunk.setdefault(message_id, time.perf_counter())
+        waiter = self.waiting.pop(message_id, None)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     async def converse(self, messages: int) -> None:
         for _ in range(messages):
@@ -236,6 +243,17 @@ class PageClient:
         self.reader.cancel()
 
 
+def replied_in(html: str) -> list[int]:
+    """The messages whose rendered exchange shows reply text: answered, or chunks streamed. A
+    socket owed the rendering of a message sends that instead of the message's chunks."""
+    replied = []
+    for tag in ARTICLE.findall(html):
+        attributes = dict(ATTRIBUTE.findall(tag))
+        if attributes.get("data-state") == "done" or int(attributes.get("data-seq", 0)) > 0:
+            replied.append(int(attributes["data-message-id"]))
+    return replied
+
+
 class SendRefused(Exception):
     pass
 
@@ -260,7 +278,9 @@ def streaming_notes(plan: Plan, crowds: list[Crowd], connection_limit: int) -> l
         "watchdog (production clocks).",
         f"One client: {plan.stream_messages} messages per repetition, each sent once the "
         "previous reply's first chunk arrived. With the zero-think brain a reply is written "
-        "within one flush interval, so its first chunk is usually the whole reply.",
+        "within one flush interval, so its first chunk is usually the whole reply. A socket "
+        "that still owes the page a rendering of the message sends that rendering instead of "
+        "the chunks; its arrival counts as the first chunk when it shows reply text.",
         f"Crowd: {plan.clients} clients open their sockets all at once, then all "
         f"send at once, {plan.client_messages} message(s) each, one after the other; "
         "completion is from the first send until every client saw the first chunk of its last "
