@@ -23,7 +23,7 @@ from continuity.models import Conversation, DeadLetter, Message
 from continuity.selectors import (
     conversation_status,
     conversations_of,
-    exchanges_of,
+    exchange_as_accepted,
     exchanges_page,
     newest_message_id,
     sidebar_conversations_of,
@@ -203,7 +203,7 @@ def message_send(request: HttpRequest, pk: int) -> HttpResponse:
         f"{PAGE}#sent",
         {
             "conversation": conversation,
-            "exchange": exchanges_of(conversation, message_ids=[message.pk])[0],
+            "exchange": exchange_as_accepted(conversation, message),
             "form": MessageForm.blank(),
         },
     )

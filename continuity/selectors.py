@@ -85,6 +85,16 @@ def exchanges_of(conversation: Conversation, *, message_ids: Iterable[int]) -> l
     return exchanges_from(messages)
 
 
+def exchange_as_accepted(conversation: Conversation, message: Message) -> Exchange:
+    """The exchange of a message `message_accept` returned. One untouched since it was stored
+    has nothing else to show, and is shown as stored (the page's socket brings every later
+    change, in newer versions); a resubmitted one may have moved on, and is read again."""
+    untouched = message.version == 1 and message.state == Message.State.QUEUED
+    if untouched and message.version_of_id is None:
+        return Exchange(message=message, reply=None)
+    return exchanges_of(conversation, message_ids=[message.pk])[0]
+
+
 @dataclass(frozen=True)
 class ExchangesPage:
     exchanges: list[Exchange]

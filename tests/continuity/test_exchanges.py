@@ -12,7 +12,7 @@ from django.utils import timezone
 from continuity.delivery.attempts import attempt_begin
 from continuity.delivery.inbox import message_accept
 from continuity.models import Conversation, Message, ReplyChunk
-from continuity.selectors import conversation_status, exchanges_of
+from continuity.selectors import conversation_status, exchange_as_accepted, exchanges_of
 from tests.factories import ConversationFactory
 
 pytestmark = pytest.mark.django_db
@@ -33,6 +33,23 @@ def test_a_queued_message_is_read_with_one_query(conversation, django_assert_num
         [exchange] = exchanges_of(conversation, message_ids=[message.pk])
     assert exchange.message == message and exchange.reply is None
     assert exchange.recoveries == () and exchange.versions is None
+
+
+def test_a_message_just_accepted_is_shown_as_stored(conversation, django_assert_num_queries):
+    message = send(conversation)
+    with django_assert_num_queries(0):
+        exchange = exchange_as_accepted(conversation, message)
+    assert exchange.message is message and exchange.reply is None
+
+
+def test_a_resubmitted_message_that_moved_on_is_read_again(conversation):
+    client_id = uuid.uuid4()
+    message_accept(conversation=conversation, text="Hello", client_id=client_id)
+    attempt_begin(conversation_id=conversation.pk)
+    again = message_accept(conversation=conversation, text="Hello", client_id=client_id)
+    exchange = exchange_as_accepted(conversation, again)
+    assert exchange.message.state == Message.State.PROCESSING
+    assert exchange.streaming_run_id is not None
 
 
 def test_a_message_being_answered_reads_its_stored_chunks(conversation, django_assert_num_queries):
