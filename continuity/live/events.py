@@ -150,6 +150,7 @@ class Publisher:
                 return
 
     def deliver(self, events: list[tuple[str, dict]]) -> None:
+        events = without_superseded(events)
         layer = self.layer
         groups = list(dict.fromkeys(group for group, _ in events))
         now = time.time()
@@ -207,6 +208,24 @@ class Publisher:
         with contextlib.suppress(queue.Full):
             self.backlog.put(self._STOP, timeout=self.timeout)
         self.thread.join(timeout=self.timeout * 2)
+
+
+def without_superseded(events: list[tuple[str, dict]]) -> list[tuple[str, dict]]:
+    """A batch's events less those a later one makes redundant: a page renders a changed
+    message from the database, after every event of the batch was committed, so the earlier
+    changes of that message and its chunks before the last change add nothing (a quick reply's
+    start, text and end become one rendering)."""
+    last_change = {
+        (group, event.get("message_id")): index
+        for index, (group, event) in enumerate(events)
+        if event["type"] == "message.changed"
+    }
+    return [
+        (group, event)
+        for index, (group, event) in enumerate(events)
+        if event["type"] not in ("message.changed", "reply.chunk")
+        or last_change.get((group, event.get("message_id")), index) <= index
+    ]
 
 
 def redis_of(host: dict, *, timeout: float) -> redis.Redis:

@@ -16,6 +16,7 @@ from django.conf import settings as django_settings
 from continuity.live.events import (
     publish_message_changed,
     publish_reply_chunk,
+    publisher,
     publisher_close,
     publisher_flush,
 )
@@ -96,6 +97,39 @@ def test_every_page_of_a_conversation_gets_every_event_in_order():
 
     for page in pages:
         assert async_to_sync(receive_all)(page) == list(range(1, 51))
+
+
+def test_a_change_of_a_message_drops_its_earlier_events_of_the_same_batch():
+    layer = get_channel_layer()
+    page = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.group_add)("conversation.81", page)
+
+    def changed(message_id: int) -> tuple[str, dict]:
+        return "conversation.81", {"type": "message.changed", "message_id": message_id}
+
+    def chunk(message_id: int, seq: int) -> tuple[str, dict]:
+        event = {"type": "reply.chunk", "message_id": message_id, "run_id": 1, "seq": seq}
+        return "conversation.81", {**event, "text": "."}
+
+    publisher().deliver(
+        [changed(1), chunk(1, 1), changed(2), chunk(1, 2), changed(1), chunk(1, 3), chunk(2, 1)]
+    )
+
+    async def receive_all() -> list[tuple]:
+        received = []
+        with contextlib.suppress(TimeoutError):
+            while True:
+                async with asyncio.timeout(0.5):
+                    event = await layer.receive(page)
+                received.append((event["type"], event["message_id"], event.get("seq")))
+        return received
+
+    assert async_to_sync(receive_all)() == [
+        ("message.changed", 2, None),
+        ("message.changed", 1, None),
+        ("reply.chunk", 1, 3),
+        ("reply.chunk", 2, 1),
+    ]
 
 
 def test_a_page_that_reads_nothing_keeps_only_as_many_events_as_its_capacity(settings):
