@@ -156,6 +156,8 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
                 if status is not None:
                     await self.send_json({"type": "status", "html": status})
                 await self.send_held_chunks()
+        except Conversation.DoesNotExist:  # deleted before its own event reached this socket
+            await self.close(code=CONVERSATION_DELETED)
         except Exception:  # as a failed handler would: the page reconnects and catches up
             logger.exception("Live rendering of conversation %s failed", self.conversation.pk)
             await self.close(code=SERVER_ERROR)

@@ -353,3 +353,24 @@ def test_deleting_the_conversation_closes_its_open_sockets(owned):
         return closed
 
     assert closed_with(async_to_sync(scenario)()) == 4404
+
+
+def test_a_change_rendered_after_the_conversation_was_deleted_closes_the_socket(owned):
+    owner, conversation, message = owned
+    headers = session_headers(owner)
+
+    async def scenario():
+        from asgiref.sync import sync_to_async
+
+        from continuity.models import Conversation
+
+        socket = communicator(conversation.pk, headers)
+        assert (await socket.connect())[0]
+        # Deleted without its own event (say it was lost): the next change finds no conversation.
+        await sync_to_async(Conversation.objects.filter(pk=conversation.pk).delete)()
+        publish_message_changed(conversation_id=conversation.pk, message_id=message.pk)
+        closed = await socket.receive_output(timeout=5)
+        await socket.wait()
+        return closed
+
+    assert closed_with(async_to_sync(scenario)()) == 4404
