@@ -336,39 +336,28 @@ def test_the_origin_must_be_the_sockets_own_scheme_host_and_port(owned, origin, 
     assert connects(conversation.pk, session_headers(owner, origin)) is allowed
 
 
-def test_deleting_the_conversation_closes_its_open_sockets(owned):
-    owner, conversation, _ = owned
-    headers = session_headers(owner)
-
-    async def scenario():
-        from asgiref.sync import sync_to_async
-
-        from continuity.delivery.conversations import conversation_delete
-
-        socket = communicator(conversation.pk, headers)
-        assert (await socket.connect())[0]
-        await sync_to_async(conversation_delete)(conversation=conversation)
-        closed = await socket.receive_output(timeout=5)
-        await socket.wait()
-        return closed
-
-    assert closed_with(async_to_sync(scenario)()) == 4404
-
-
-def test_a_change_rendered_after_the_conversation_was_deleted_closes_the_socket(owned):
+@pytest.mark.parametrize("how", ["deleted", "its event lost, then a change rendered"])
+def test_deleting_the_conversation_closes_its_open_sockets(owned, how):
     owner, conversation, message = owned
     headers = session_headers(owner)
 
+    def delete() -> None:
+        from continuity.delivery.conversations import conversation_delete
+        from continuity.models import Conversation
+
+        if how == "deleted":
+            conversation_delete(conversation=conversation)
+            return
+        # Without its own event: the socket learns of it when it next renders.
+        Conversation.objects.filter(pk=conversation.pk).delete()
+        publish_message_changed(conversation_id=conversation.pk, message_id=message.pk)
+
     async def scenario():
         from asgiref.sync import sync_to_async
 
-        from continuity.models import Conversation
-
         socket = communicator(conversation.pk, headers)
         assert (await socket.connect())[0]
-        # Deleted without its own event (say it was lost): the next change finds no conversation.
-        await sync_to_async(Conversation.objects.filter(pk=conversation.pk).delete)()
-        publish_message_changed(conversation_id=conversation.pk, message_id=message.pk)
+        await sync_to_async(delete)()
         closed = await socket.receive_output(timeout=5)
         await socket.wait()
         return closed
