@@ -12,9 +12,11 @@ from django.conf import settings
 from django.db import connection
 
 from continuity.ops.bench.counting import Cost, sql_tally, statement_kind
-from continuity.ops.bench.report import NUMBERS
+from continuity.ops.bench.plan import Plan
+from continuity.ops.bench.report import NUMBERS, Report, markdown, run_verdicts, text_table
 from continuity.ops.bench.run import SECTIONS
-from continuity.ops.bench.stats import percentile
+from continuity.ops.bench.stats import Figure, Section, percentile
+from continuity.ops.bench.targets import met_shown
 from tests.processes import command_env
 
 # The suite's session fixtures expect the test database; these tests do not touch it (the smoke
@@ -109,8 +111,70 @@ def test_the_smoke_run_reports_every_section_with_numbers(tmp_path):
         assert f"\n{NUMBERS[key]}. " in result.stdout
     for heading in ("Commit", "Machine", "Versions", "PostgreSQL", "Redis", "Celery"):
         assert heading.lower() in markdown.lower()
-    rows = [row for row in map(FIGURE_ROW.match, markdown.splitlines()) if row]
+    targets, sections = markdown.split("\n## 1. ")
+    assert "## Targets of issue #11" in targets
+    # At the smoke run's sizes, the targets bound to the issue's sizes are not measured.
+    assert "| 200 websocket clients × 10 messages: 0 errors | — | not measured |" in targets
+    assert re.search(r"\| message_accept p50 ≤ 3 ms \| [\d.]+ ms \| not judged", targets)
+    rows = [row for row in map(FIGURE_ROW.match, sections.splitlines()) if row]
     figures = [row for row in rows if row["name"] != "Figure" and "---" not in row["name"]]
     assert len(figures) > 40
     unmeasured = [row["name"] for row in figures if not re.match(r"^-?[\d,.]+$", row["value"])]
     assert unmeasured == [], unmeasured
+
+
+def test_the_report_puts_each_target_of_the_issue_beside_this_runs_figure():
+    sections = [
+        Section(
+            "throughput",
+            "Throughput",
+            figures=[
+                Figure("messages, accept to reply committed", "messages/s", [240.0, 260.0, 255.0]),
+                Figure("ratio to the no-op baseline", "ratio", [0.3, 0.31, 0.29]),
+            ],
+        ),
+        Section(
+            "latency",
+            "Latency",
+            figures=[
+                Figure("accept → reply committed p50", "ms", [12.0]),
+                Figure("message_accept alone p50", "ms", [3.0]),
+            ],
+        ),
+        Section(
+            "growth",
+            "Growth",
+            figures=[
+                Figure("accept → reply at 100 prior messages p50", "ms", [9.0]),
+                Figure("  ratio to 100", "ratio", [1.0]),
+                Figure("accept → reply at 100,000 prior messages p50", "ms", [11.0]),
+                Figure("  ratio to 100", "ratio", [1.25]),
+            ],
+        ),
+    ]
+    report = Report(sections, "", 300, "", "", {}, {}, Plan())
+
+    rows = [(v.wording, v.measured, met_shown(v)) for v in run_verdicts(report)]
+
+    assert rows == [
+        ("throughput ≥ 250 messages/s", "255.0 messages/s", "yes"),
+        ("throughput ≥ 0.25× the no-op baseline of the same run", "0.3×", "yes"),
+        ("one message at a time, accept → reply committed p50 ≤ 10 ms", "12.0 ms", "no"),
+        ("message_accept p50 ≤ 3 ms", "3.0 ms", "yes"),
+        ("accept → reply at 100,000 prior messages ≤ 1.2× that at 100", "1.25×", "no"),
+        ("200 websocket clients × 10 messages: 0 errors", "", "not measured"),
+        # Not every section ran: this run's duration is not the one the issue bounds.
+        ("`make bench` in under 10 minutes", "", "not measured"),
+    ]
+    assert "| message_accept p50 ≤ 3 ms | 3.0 ms | yes |" in markdown(report)
+    assert "Target (issue #11)" in text_table(report)
+
+
+@pytest.mark.parametrize(("minutes", "met"), [(9.5, "yes"), (10.5, "no")])
+def test_a_full_run_at_the_issues_sizes_is_judged_by_its_duration(minutes, met):
+    sections = [Section(key, key) for key in SECTIONS]
+    report = Report(sections, "", minutes * 60, "", "", {}, {}, Plan())
+
+    *_, duration = run_verdicts(report)
+
+    assert (duration.measured, met_shown(duration)) == (f"{minutes:.1f} min", met)

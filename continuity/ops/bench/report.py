@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass
 
 from .plan import Plan
 from .stats import Figure, Section
+from .targets import ISSUE_BASELINE, Verdict, met_shown, verdicts
 
 # Issue #11's numbering.
 NUMBERS = {
@@ -48,6 +49,28 @@ def reps_shown(figure: Figure) -> str:
     return ", ".join(shown(value, figure.unit) for value in figure.reps)
 
 
+def run_verdicts(report: Report) -> list[Verdict]:
+    issue_sizes = report.plan == Plan()
+    full = issue_sizes and {s.key for s in report.sections} == set(NUMBERS)
+    return verdicts(
+        report.sections, seconds=report.seconds, issue_sizes=issue_sizes, full=full, shown=shown
+    )
+
+
+def columns(rows: list[tuple[str, ...]]) -> list[str]:
+    """Rows as aligned text: the second column right-aligned, the last one as it comes."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    lines = []
+    for *cells, last in rows:
+        aligned = [
+            f"{cell:>{width}}" if i == 1 else f"{cell:<{width}}"
+            for i, (cell, width) in enumerate(zip(cells, widths, strict=True))
+        ]
+        lines.append("  ".join([*aligned, last]).rstrip())
+    lines.insert(1, "-" * len(lines[0]))
+    return lines
+
+
 def text_table(report: Report) -> str:
     rows = [("Figure", "Value", "Unit", "Repetitions")]
     for section in report.sections:
@@ -55,13 +78,9 @@ def text_table(report: Report) -> str:
         rows += [
             (f"  {f.name}", shown(f.value, f.unit), f.unit, reps_shown(f)) for f in section.figures
         ]
-    widths = [max(len(row[i]) for row in rows) for i in range(3)]
-    lines = [
-        f"{row[0]:<{widths[0]}}  {row[1]:>{widths[1]}}  {row[2]:<{widths[2]}}  {row[3]}".rstrip()
-        for row in rows
-    ]
-    lines.insert(1, "-" * len(lines[0]))
-    return "\n".join(lines)
+    targets = [("Target (issue #11)", "This run", "Met")]
+    targets += [(v.wording, v.measured or "—", met_shown(v)) for v in run_verdicts(report)]
+    return "\n".join([*columns(rows), "", *columns(targets)])
 
 
 def markdown(report: Report) -> str:
@@ -74,6 +93,8 @@ def markdown(report: Report) -> str:
         "workers, daphne, the watchdog, a private redis-server and PostgreSQL, on one machine.",
         "",
         *run_table(report),
+        "",
+        *targets_table(report),
     ]
     for section in report.sections:
         parts += ["", f"## {heading(section)}", ""]
@@ -86,6 +107,20 @@ def markdown(report: Report) -> str:
         for detail in section.details:
             parts += ["", detail]
     return "\n".join(parts) + "\n"
+
+
+def targets_table(report: Report) -> list[str]:
+    rows = [f"| {v.wording} | {v.measured or '—'} | {met_shown(v)} |" for v in run_verdicts(report)]
+    return [
+        "## Targets of issue #11",
+        "",
+        "| Target | This run | Met |",
+        "| --- | ---: | --- |",
+        *rows,
+        "",
+        "The absolute targets (messages/s, ms) were set on the machine the issue was measured "
+        f"on, whose no-op baseline (section 1) ran {ISSUE_BASELINE}.",
+    ]
 
 
 def run_table(report: Report) -> list[str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 import time
 import uuid
@@ -170,6 +171,8 @@ class PageClient:
     def http_client(self):
         import httpx
 
+        # httpx logs each request at INFO: thousands of lines would bury the report.
+        logging.getLogger("httpx").setLevel(logging.WARNING)
         return httpx.AsyncClient(
             base_url=self.base_url,
             headers={
