@@ -55,7 +55,7 @@ ANSWER = (
 def growth_run(rig: Rig, plan: Plan) -> Section:
     rig.shared_worker()
     section = Section("growth", "Growth with the length of a conversation")
-    measured = {size: history_measure(size, plan) for size in plan.growth_sizes}
+    measured = growth_measure(plan)
     section.figures += growth_figures(measured)
     for turn in plan.storage_turns:
         section.figures += storage_figures(turn, stored_at_turn(turn))
@@ -63,30 +63,39 @@ def growth_run(rig: Rig, plan: Plan) -> Section:
     return section
 
 
-def history_measure(size: int, plan: Plan) -> dict:
-    (conversation,) = conversations_new(1)
-    history_insert(conversation.pk, turns=size // 2)
-    first = one_at_a_time(conversation, 1)[1]
-    replies = [
-        one_at_a_time(conversation, plan.growth_messages)[1] for _ in range(plan.repetitions)
-    ]
-    message = (
+def growth_measure(plan: Plan) -> dict[int, dict]:
+    """Every size's conversation first; then each repetition measures every size in turn, so
+    that a ratio compares figures taken a few seconds apart (measured size after size, a
+    machine whose speed drifts made the ratios drift with it)."""
+    conversations, measured = {}, {}
+    for size in plan.growth_sizes:
+        (conversation,) = conversations_new(1)
+        history_insert(conversation.pk, turns=size // 2)
+        conversations[size] = conversation
+        measured[size] = {"first": one_at_a_time(conversation, 1)[1], "replies": []}
+    for _ in range(plan.repetitions):
+        for size, conversation in conversations.items():
+            replies = one_at_a_time(conversation, plan.growth_messages)[1]
+            measured[size]["replies"].append(replies)
+    questions = {size: last_question(c) for size, c in conversations.items()}
+    for size in plan.growth_sizes:
+        measured[size]["assemblies"] = []
+    for _ in range(plan.repetitions):
+        for size, message in questions.items():
+            times = [assembly_time(message) for _ in range(plan.context_assemblies)]
+            measured[size]["assemblies"].append(times)
+    for size, message in questions.items():
+        refs = context_gather(message=message)
+        measured[size].update(turns=len(refs.pairs), summary=refs.summary_id is not None)
+    return measured
+
+
+def last_question(conversation) -> Message:
+    return (
         Message.objects.select_related("conversation")
         .filter(conversation=conversation, role=Message.Role.USER)
         .last()
     )
-    assemblies = [
-        [assembly_time(message) for _ in range(plan.context_assemblies)]
-        for _ in range(plan.repetitions)
-    ]
-    refs = context_gather(message=message)
-    return {
-        "first": first,
-        "replies": replies,
-        "assemblies": assemblies,
-        "turns": len(refs.pairs),
-        "summary": refs.summary_id is not None,
-    }
 
 
 def history_insert(conversation_id: int, *, turns: int) -> None:
@@ -123,9 +132,10 @@ def assembly_time(message: Message) -> float:
 
 
 def growth_figures(measured: dict[int, dict]) -> list[Figure]:
+    """Each repetition's ratio is to the smallest size's figure of the same repetition."""
     smallest = min(measured)
-    base_reply = p50(measured[smallest]["replies"]).value
-    base_assembly = p50(measured[smallest]["assemblies"]).value
+    base_reply = p50(measured[smallest]["replies"]).reps
+    base_assembly = p50(measured[smallest]["assemblies"]).reps
     figures = []
     for size, data in measured.items():
         reply = p50(data["replies"], f"accept → reply at {size:,} prior messages")
@@ -133,12 +143,20 @@ def growth_figures(measured: dict[int, dict]) -> list[Figure]:
         first = data["first"][0] * 1000
         figures += [
             reply,
-            Figure(f"  ratio to {smallest:,}", "ratio", [r / base_reply for r in reply.reps]),
+            Figure(f"  ratio to {smallest:,}", "ratio", per_rep_ratios(reply.reps, base_reply)),
             assembly,
-            Figure(f"  ratio to {smallest:,}", "ratio", [a / base_assembly for a in assembly.reps]),
+            Figure(
+                f"  ratio to {smallest:,}",
+                "ratio",
+                per_rep_ratios(assembly.reps, base_assembly),
+            ),
             Figure(f"first message after {size:,} bulk-written messages", "ms", [first]),
         ]
     return figures
+
+
+def per_rep_ratios(values: list[float], bases: list[float]) -> list[float]:
+    return [value / base for value, base in zip(values, bases, strict=True)]
 
 
 def p50(samples_per_rep: list[list[float]], name: str = "") -> Figure:
@@ -193,7 +211,9 @@ def growth_notes(measured: dict[int, dict], plan: Plan) -> list[str]:
         f"replies, state done, and the completed run of each question), then "
         f"{plan.growth_messages} messages per repetition one at a "
         "time through the worker (p50 shown), and context assembly of the last question "
-        f"({plan.context_assemblies} per repetition, in the bench process; p50 shown).",
+        f"({plan.context_assemblies} per repetition, in the bench process; p50 shown). Every "
+        "conversation is written first; each repetition then measures every size in turn, and "
+        "its ratio is to the smallest size's figure of the same repetition.",
         f"Context given to the brain at the end: {shapes}.",
         "First message after bulk-written history: it compacts the history when it passes the "
         "context budget (a one-off; a conversation that grew through the pipeline compacts "
