@@ -53,25 +53,35 @@ LATEST_SUMMARY = (
     "WHERE s.conversation_id = %s AND m.hidden_with_id IS NULL "
     "ORDER BY s.version DESC LIMIT 1"
 )
-# The answered questions of the shown branch after the newest summary and before a message.
-TURNS = (
+# The answered questions of the shown branch before a message.
+QUESTIONS = (
     "q.conversation_id = %s AND q.role = %s AND q.state = %s AND q.hidden_with_id IS NULL "
-    f"AND q.id > COALESCE((SELECT covers_through_id FROM ({LATEST_SUMMARY}) AS s), 0) "
     "AND q.id < %s"
 )
+# Those the newest summary does not cover.
+AFTER_SUMMARY = f"t.id > COALESCE((SELECT covers_through_id FROM ({LATEST_SUMMARY}) AS s), 0)"
 # Each question with its reply and, on the newest question only, the checkpoint of its plan
-# step (the task state it left). Planned at each run: with two unknown bounds, a plan made for
-# any range of ids may walk the primary key through every other conversation's messages, and
-# PostgreSQL keeps such a plan when the conversation's own history looks longer.
+# step (the task state it left).
+TURN_COLUMNS = (
+    "SELECT t.id, t.role, t.text, "
+    "(SELECT a.id FROM continuity_message AS a WHERE a.reply_to_id = t.id), "
+    "(SELECT a.text FROM continuity_message AS a WHERE a.reply_to_id = t.id), "
+    "CASE WHEN t.id = MAX(t.id) OVER () THEN (SELECT c.id FROM continuity_checkpoint AS c "
+    "WHERE c.message_id = t.id AND c.step = 'plan') END, "
+    "CASE WHEN t.id = MAX(t.id) OVER () THEN (SELECT c.output FROM continuity_checkpoint AS c "
+    "WHERE c.message_id = t.id AND c.step = 'plan') END "
+)
+# The most turns one read returns; more are read a window at a time (`turns_complete`).
+TURNS_WINDOW = 200
+# The turns after the summary among the newest TURNS_WINDOW + 1 questions, walked back from the
+# message. A range of ids bounded by the summary leaves the planner a bound it cannot see (the
+# summary is read by the same statement), and it then guesses the range is short: it walked
+# the primary key through every message written since the summary, by every conversation (25
+# ms for a conversation summarized 100,000 messages ago). Newest first with a limit, it reads
+# the conversation's own questions only. Planned at each run: see `sql.planned_per_run`.
 TURNS_SELECT = sql.planned_per_run(
-    "SELECT q.id, q.role, q.text, "
-    "(SELECT a.id FROM continuity_message AS a WHERE a.reply_to_id = q.id), "
-    "(SELECT a.text FROM continuity_message AS a WHERE a.reply_to_id = q.id), "
-    "CASE WHEN q.id = MAX(q.id) OVER () THEN (SELECT c.id FROM continuity_checkpoint AS c "
-    "WHERE c.message_id = q.id AND c.step = 'plan') END, "
-    "CASE WHEN q.id = MAX(q.id) OVER () THEN (SELECT c.output FROM continuity_checkpoint AS c "
-    "WHERE c.message_id = q.id AND c.step = 'plan') END "
-    f"FROM continuity_message AS q WHERE {TURNS} ORDER BY q.id"
+    f"{TURN_COLUMNS}FROM (SELECT q.id, q.role, q.text FROM continuity_message AS q "
+    f"WHERE {QUESTIONS} ORDER BY q.id DESC LIMIT %s) AS t WHERE {AFTER_SUMMARY} ORDER BY t.id"
 )
 
 
@@ -82,10 +92,6 @@ TURNS_SELECT = sql.planned_per_run(
 PENDING = "conversation_id = %s AND role = '{}' AND state IN ('{}', '{}')".format(
     Message.Role.USER, *Message.PENDING_STATES
 )
-
-
-def turns_params(*, conversation_id: int, before_id: int) -> list:
-    return [conversation_id, Message.Role.USER, Message.State.DONE, conversation_id, before_id]
 
 
 def summary_latest(*, conversation_id: int) -> Summary | None:
@@ -111,11 +117,28 @@ def turns_statement(*, conversation_id: int, before_id: int) -> sql.Statement:
     the context broken), and the newest one's plan checkpoint: see `turn_pairs` and
     `last_plan`. The reply is looked up by question, by its unique index: a join let the
     planner walk that index from its start, through every older reply of the table (5 ms at
-    100,000 messages)."""
-    return (
-        TURNS_SELECT,
-        turns_params(conversation_id=conversation_id, before_id=before_id),
-    )
+    100,000 messages). More than TURNS_WINDOW rows: see `turns_complete`."""
+    return TURNS_SELECT, [
+        conversation_id,
+        Message.Role.USER,
+        Message.State.DONE,
+        before_id,
+        TURNS_WINDOW + 1,
+        conversation_id,
+    ]
+
+
+def turns_complete(found: list[tuple], *, conversation_id: int) -> list[tuple]:
+    """The rows of `turns_statement`, and when they fill its window, those of the turns before
+    it, a window at a time, until the summary: compaction must see every turn, or those beyond
+    the window would never be summarized (a long history not yet compacted, or a budget of many
+    tokens)."""
+    turns, window = list(found), found
+    while len(window) > TURNS_WINDOW:
+        older = window[0][0]
+        window = sql.rows(*turns_statement(conversation_id=conversation_id, before_id=older))
+        turns[:0] = window
+    return turns
 
 
 def turn_pairs(found: list[tuple]) -> list[list[tuple]]:
@@ -182,6 +205,7 @@ def context_of(
     """`context_assembled`, from the rows of `context_statements`."""
     conversation = message.conversation
     summaries, turns, handoffs, facts, pending = found
+    turns = turns_complete(turns, conversation_id=conversation.pk)
     summary = summary_of(summaries, conversation_id=conversation.pk)
     pairs = turn_pairs(turns)
     checkpoint = last_plan(turns)

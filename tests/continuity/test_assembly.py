@@ -180,3 +180,24 @@ def test_concurrent_turns_of_one_person_store_one_current_version_of_a_fact():
     assert failures == []
     assert MemoryFact.objects.current().filter(owner=owner, key="note").count() == 1
     assert MemoryFact.objects.filter(owner=owner, key="note").count() >= 2
+
+
+@pytest.mark.parametrize("window", [1, 2, 3, 10])
+def test_every_turn_after_the_summary_is_in_the_context_however_many(
+    conversation, settings, monkeypatch, window
+):
+    """The turns are read from a window of the newest ones; when they fill it, all are read,
+    or compaction would never summarize those beyond it."""
+    from continuity.context import assembly
+
+    settings.CONTINUITY_BUILTIN_TOKEN_DELAY = 0
+    monkeypatch.setattr(assembly, "TURNS_WINDOW", window)
+    asked = []
+    for n in range(3):
+        asked.append(send(conversation, f"Question {n}"))
+        drain_conversation(conversation_id=conversation.pk)
+    last = send(conversation, "And now?")
+    drain_conversation(conversation_id=conversation.pk)
+
+    stored = RunContext.objects.get(run__message=last)
+    assert stored.turns == [pk for m in asked for pk in (m.pk, m.reply.pk)]

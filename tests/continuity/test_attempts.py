@@ -16,7 +16,7 @@ from continuity.delivery.attempts import attempt_begin, attempt_end, backoff_del
 from continuity.delivery.conversations import conversation_resume
 from continuity.delivery.inbox import drain_send, message_accept
 from continuity.errors import InvalidTransition
-from continuity.models import Alert, Conversation, CrashRecord, DeadLetter, Message, Run
+from continuity.models import Alert, Conversation, CrashRecord, DeadLetter, Message, Run, Summary
 from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -275,6 +275,23 @@ def test_every_hot_path_statement_finds_a_conversations_rows_through_an_index(
     send(conversation, "first")
     drain_conversation(conversation_id=conversation.pk)
     first_run = Run.objects.get(conversation=conversation)
+    # A long history, summarized before the other conversation's messages were written: the
+    # turns after the summary lie in a range of ids that holds all of those.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO continuity_message (conversation_id, role, text, state, attempts, "
+            "interruptions, version, stopped, created_at, updated_at) SELECT %s, 'user', 'x', "
+            "'done', 1, 0, 1, false, now(), now() FROM generate_series(1, 5000)",
+            [conversation.pk],
+        )
+    Summary.objects.create(
+        conversation=conversation,
+        version=1,
+        covers_through=Message.objects.filter(conversation=conversation).last(),
+        text="Hi.",
+    )
+    send(conversation, "after the summary")
+    drain_conversation(conversation_id=conversation.pk)
     with connection.cursor() as cursor:
         cursor.execute(
             "INSERT INTO continuity_message (conversation_id, role, text, state, attempts, "
@@ -300,7 +317,7 @@ def test_every_hot_path_statement_finds_a_conversations_rows_through_an_index(
 
     with connection.execute_wrapper(capture):
         drain_conversation(conversation_id=conversation.pk)
-    assert Message.objects.filter(conversation=conversation, role="assistant").count() == 2
+    assert Message.objects.filter(conversation=conversation, role="assistant").count() == 3
     reads = [
         (text, params)
         for text, params in engine_statements
