@@ -281,9 +281,11 @@ CONTINUITY_PUBLISH_LINGER_SECONDS = env_float("CONTINUITY_PUBLISH_LINGER_SECONDS
 # The visibility timeout must exceed the hard time limit (no countdown tasks are used): the
 # database watchdog, not the broker, drives fast recovery (see DESIGN "Pitfalls").
 CELERY_BROKER_URL = REDIS_URL
-# kombu's Redis transport, with one client per channel (continuity/delivery/broker.py): the
-# broker URL's scheme no longer picks the transport, so it must be a redis:// URL.
-CELERY_BROKER_TRANSPORT = "continuity-redis"
+# A redis:// broker goes through kombu's Redis transport with one client per channel
+# (continuity/delivery/broker.py). Naming a transport overrides the URL's scheme, so any other
+# (rediss:// and its TLS, sentinel://) keeps the one kombu picks for it.
+if CELERY_BROKER_URL.startswith("redis://"):
+    CELERY_BROKER_TRANSPORT = "continuity-redis"
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1

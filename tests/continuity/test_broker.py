@@ -1,7 +1,11 @@
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import uuid
 
+import pytest
 import redis
 from django.conf import settings
 
@@ -35,3 +39,35 @@ def test_a_broker_channel_shares_one_redis_client_until_kombu_replaces_its_pool(
         assert channel._shared_client.connection_pool is channel.pool
         assert queued(queue) == 3
     redis.Redis.from_url(settings.REDIS_URL).delete(queue)
+
+
+@pytest.mark.parametrize(
+    ("url", "transport", "tls"),
+    [
+        ("redis://127.0.0.1:6379/0", "continuity.delivery.broker.Transport", False),
+        # Naming a transport would override the scheme, and with it TLS.
+        ("rediss://:secret@redis.example:6380/0", "kombu.transport.redis.Transport", True),
+    ],
+)
+def test_only_a_plain_redis_broker_takes_the_shared_client_transport(url, transport, tls):
+    shown = subprocess.run(
+        [sys.executable, "-c", BROKER_OF_SETTINGS],
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "continuity.settings", "REDIS_URL": url},
+        cwd=settings.BASE_DIR,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.split() == [transport, str(tls)]
+
+
+# The production settings' broker connection, not connected: its transport class and TLS.
+BROKER_OF_SETTINGS = """
+import django
+django.setup()
+from continuity import celery_app
+connection = celery_app.connection_for_write()
+transport = type(connection.transport)
+print(f"{transport.__module__}.{transport.__qualname__}", bool(connection.ssl))
+"""
