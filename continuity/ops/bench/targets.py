@@ -1,7 +1,7 @@
 """Issue #11's targets, each beside this run's figure and whether the run met it.
 
 The targets name the issue's sizes (100,000 prior messages, 200 clients × 10 messages, a full
-run): a run at other sizes shows them as not measured. The absolute ones (messages/s, ms) were
+run): a run at other sizes shows its figures unjudged. The absolute ones (messages/s, ms) were
 set on the machine the issue was measured on, whose no-op Celery baseline is given beside them,
 so that a reader can tell a slower machine from a slower engine."""
 
