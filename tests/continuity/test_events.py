@@ -115,16 +115,8 @@ def test_a_change_of_a_message_drops_its_earlier_events_of_the_same_batch():
         [changed(1), chunk(1, 1), changed(2), chunk(1, 2), changed(1), chunk(1, 3), chunk(2, 1)]
     )
 
-    async def receive_all() -> list[tuple]:
-        received = []
-        with contextlib.suppress(TimeoutError):
-            while True:
-                async with asyncio.timeout(0.5):
-                    event = await layer.receive(page)
-                received.append((event["type"], event["message_id"], event.get("seq")))
-        return received
-
-    assert async_to_sync(receive_all)() == [
+    received = async_to_sync(received_until_quiet)(layer, page)
+    assert [(e["type"], e["message_id"], e.get("seq")) for e in received] == [
         ("message.changed", 2, None),
         ("message.changed", 1, None),
         ("reply.chunk", 1, 3),
@@ -144,15 +136,8 @@ def test_a_page_that_reads_nothing_keeps_only_as_many_events_as_its_capacity(set
         publish_reply_chunk(conversation_id=79, message_id=1, run_id=1, seq=seq, text=".")
     publisher_flush(timeout=5)
 
-    async def receive_all() -> list[int]:
-        received = []
-        with contextlib.suppress(TimeoutError):
-            while True:
-                async with asyncio.timeout(0.5):
-                    received.append((await layer.receive(page))["seq"])
-        return received
-
-    assert async_to_sync(receive_all)() == [1, 2, 3]
+    received = async_to_sync(received_until_quiet)(layer, page)
+    assert [event["seq"] for event in received] == [1, 2, 3]
 
 
 def test_an_event_that_cannot_be_sent_is_dropped_and_the_others_go_out():
@@ -170,3 +155,13 @@ def test_an_event_that_cannot_be_sent_is_dropped_and_the_others_go_out():
             return [(await layer.receive(page))["seq"] for _ in range(2)]
 
     assert async_to_sync(receive)() == [1, 3]
+
+
+async def received_until_quiet(layer, page: str) -> list[dict]:
+    """Every event the page receives until none comes for half a second."""
+    received = []
+    with contextlib.suppress(TimeoutError):
+        while True:
+            async with asyncio.timeout(0.5):
+                received.append(await layer.receive(page))
+    return received
