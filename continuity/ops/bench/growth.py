@@ -72,14 +72,13 @@ def growth_measure(plan: Plan) -> dict[int, dict]:
         (conversation,) = conversations_new(1)
         history_insert(conversation.pk, turns=size // 2)
         conversations[size] = conversation
-        measured[size] = {"first": one_at_a_time(conversation, 1)[1], "replies": []}
+        first = one_at_a_time(conversation, 1)[1]
+        measured[size] = {"first": first, "replies": [], "assemblies": []}
     for _ in range(plan.repetitions):
         for size, conversation in conversations.items():
             replies = one_at_a_time(conversation, plan.growth_messages)[1]
             measured[size]["replies"].append(replies)
     questions = {size: last_question(c) for size, c in conversations.items()}
-    for size in plan.growth_sizes:
-        measured[size]["assemblies"] = []
     for _ in range(plan.repetitions):
         for size, message in questions.items():
             times = [assembly_time(message) for _ in range(plan.context_assemblies)]
