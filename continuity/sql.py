@@ -9,12 +9,13 @@ has them, the database clock and values converted through the helpers below.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import json
-from collections.abc import Sequence
+from collections.abc import Generator, Iterator, Sequence
 from datetime import UTC, datetime
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -22,6 +23,9 @@ from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
 from django.db.models import NOT_PROVIDED, Model
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
+
+if TYPE_CHECKING:
+    from psycopg import Pipeline
 
 M = TypeVar("M", bound=Model)
 # A statement and its values.
@@ -132,7 +136,7 @@ def batch(*statements: Statement, commit: bool = False) -> list[list[tuple]]:
     sent = [*statements, ("COMMIT", [])] if commit and _commits_on_exit(db) else statements
     cursors = [cursor()] + [_bound_cursor(db) for _ in sent[1:]]
     try:
-        with db.wrap_database_errors, db.connection.pipeline():
+        with db.wrap_database_errors, db.connection.pipeline() as pipeline, _sent_unread(pipeline):
             for each, (text, params) in zip(cursors, sent, strict=True):
                 each.execute(text, params)
         found = [each.fetchall() for each in cursors[: len(statements)]]
@@ -144,6 +148,37 @@ def batch(*statements: Statement, commit: bool = False) -> list[list[tuple]]:
         for entry in list(db.queries_log)[-len(cursors) :]:
             entry["batch"] = number
     return found
+
+
+@contextlib.contextmanager
+def _sent_unread(pipeline: Pipeline) -> Iterator[None]:
+    """While a batch's statements are executed: each is sent at once, and no result is read
+    until the pipeline ends (psycopg's internals, pinned by test_sql's protocol trace).
+
+    psycopg otherwise syncs the pipeline after the BEGIN it puts before the first statement of
+    a transaction: a round trip of its own, 5 of the 13 that a message took (it syncs
+    because a status read after results were fetched mid-pipeline would say the transaction
+    had not begun, and a second BEGIN would follow; nothing is read mid-pipeline here). It also
+    waits on the socket after each statement to read any results that arrived. Without both,
+    a message took a tenth less CPU, and a tenth less time one at a time, on two cores. Each
+    statement is still sent at once, so the server runs it while the next one is prepared
+    (sending them all at the end saved as much CPU, but little time)."""
+
+    def sent() -> Generator[None, None, None]:
+        while pipeline.command_queue:
+            pipeline.command_queue.popleft()()
+        pipeline.pgconn.flush()  # non-blocking: what the socket does not take is sent at the end
+        yield from ()
+
+    def not_synced() -> Generator[None, None, None]:
+        yield from ()
+
+    pipeline._communicate_gen = sent
+    pipeline._sync_gen = not_synced
+    try:
+        yield
+    finally:
+        del pipeline._communicate_gen, pipeline._sync_gen
 
 
 def unflushed_commit() -> list[Statement]:

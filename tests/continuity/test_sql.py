@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
+from collections.abc import Callable
+
 import psycopg
 import pytest
 from django.db import IntegrityError, connection, transaction
@@ -43,6 +47,64 @@ def test_a_batch_that_ends_a_transaction_commits_it_in_the_same_round_trip(conve
     sent = [(entry["sql"], entry.get("batch")) for entry in log.captured_queries]
     assert sent[-2][0] == "COMMIT"
     assert sent[-2][1] is not None and sent[-2][1] == sent[-3][1]  # in the batch's round trip
+
+
+def protocol_of(run: Callable[[], object]) -> list[tuple[str, str, str]]:
+    """The messages this connection sent (F) and received (B) while `run` ran, from libpq's
+    trace: (direction, message type, its first field)."""
+    connection.ensure_connection()
+    pgconn = connection.connection.pgconn
+    with tempfile.TemporaryFile("w+") as trace:
+        # libpq writes through a stream of its own that is never closed: give it its own fd.
+        pgconn.trace(os.dup(trace.fileno()))
+        pgconn.set_trace_flags(psycopg.pq.Trace.SUPPRESS_TIMESTAMPS)
+        try:
+            run()
+        finally:
+            pgconn.untrace()
+        trace.seek(0)
+        fields = [line.split("\t") for line in trace.read().splitlines()]
+    return [(each[0], each[2], each[3].strip() if len(each) > 3 else "") for each in fields]
+
+
+def sent(protocol: list[tuple[str, str, str]]) -> list[str]:
+    """The client's messages: each statement by its Bind (the one message every run of a
+    prepared statement sends), and the pipeline's Syncs and Flushes."""
+    return [kind for direction, kind, _ in protocol if direction == "F" and kind != "Parse"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_batch_that_begins_a_transaction_sends_its_begin_with_its_statements(conversation):
+    def begin_and_commit() -> None:
+        with transaction.atomic():
+            sql.batch(retitle(conversation.pk, "one"), retitle(conversation.pk, "two"), commit=True)
+
+    protocol = protocol_of(begin_and_commit)
+    statement = ["Bind", "Describe", "Execute"]
+    # BEGIN, two UPDATEs and the COMMIT, then a single Sync: one round trip. psycopg by itself
+    # would sync after the BEGIN and wait for its answer first.
+    assert sent(protocol) == [*statement * 4, "Sync", "Flush"]
+    assert [text for _, kind, text in protocol if kind == "CommandComplete"] == [
+        '"BEGIN"',
+        '"UPDATE 1"',
+        '"UPDATE 1"',
+        '"COMMIT"',
+    ]
+    assert title_seen_by_another_session(conversation.pk) == "two"
+
+
+@pytest.mark.timeout(60)  # a send that blocks waits for the server forever
+@pytest.mark.django_db(transaction=True)
+def test_values_larger_than_the_sockets_buffers_go_through_a_batch_both_ways(conversation):
+    # Nothing is read until every statement was sent, and the server stops reading while its
+    # results wait to be read: sending must never block.
+    value = "x" * 16_000_000
+    echo = ("SELECT length(%s), repeat('y', 16000000)", [value])
+    with transaction.atomic():
+        found = sql.batch(echo, retitle(conversation.pk, "after"), echo, commit=True)
+    echoed = [(16_000_000, "y" * 16_000_000)]
+    assert found == [echoed, [(conversation.pk,)], echoed]
+    assert title_seen_by_another_session(conversation.pk) == "after"
 
 
 @pytest.mark.django_db(transaction=True)
