@@ -137,6 +137,9 @@ DATABASES = {
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # Django's backend, with a health check that asks the socket instead of the server
+    # (continuity/database).
+    DATABASES["default"]["ENGINE"] = "continuity.database"
     # Fail fast instead of hanging when the database is away or a row stays locked: callers
     # treat these errors as an outage and retry (see README "Failures").
     DATABASES["default"].setdefault("OPTIONS", {}).update(

@@ -2,29 +2,17 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
-from collections.abc import Callable
-
-import psycopg
 import pytest
 from django.db import IntegrityError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from continuity import sql
 from continuity.models import Conversation
+from tests.postgres import another_session, protocol_of, sent
 
 
 def title_seen_by_another_session(conversation_id: int) -> str:
-    db = connection.settings_dict
-    with psycopg.connect(
-        host=db["HOST"] or "127.0.0.1",
-        port=db["PORT"] or 5432,
-        user=db["USER"],
-        password=db["PASSWORD"] or None,
-        dbname=db["NAME"],
-        autocommit=True,
-    ) as other:
+    with another_session() as other:
         (title,) = other.execute(
             "SELECT title FROM continuity_conversation WHERE id = %s", [conversation_id]
         ).fetchone()
@@ -47,30 +35,6 @@ def test_a_batch_that_ends_a_transaction_commits_it_in_the_same_round_trip(conve
     sent = [(entry["sql"], entry.get("batch")) for entry in log.captured_queries]
     assert sent[-2][0] == "COMMIT"
     assert sent[-2][1] is not None and sent[-2][1] == sent[-3][1]  # in the batch's round trip
-
-
-def protocol_of(run: Callable[[], object]) -> list[tuple[str, str, str]]:
-    """The messages this connection sent (F) and received (B) while `run` ran, from libpq's
-    trace: (direction, message type, its first field)."""
-    connection.ensure_connection()
-    pgconn = connection.connection.pgconn
-    with tempfile.TemporaryFile("w+") as trace:
-        # libpq writes through a stream of its own that is never closed: give it its own fd.
-        pgconn.trace(os.dup(trace.fileno()))
-        pgconn.set_trace_flags(psycopg.pq.Trace.SUPPRESS_TIMESTAMPS)
-        try:
-            run()
-        finally:
-            pgconn.untrace()
-        trace.seek(0)
-        fields = [line.split("\t") for line in trace.read().splitlines()]
-    return [(each[0], each[2], each[3].strip() if len(each) > 3 else "") for each in fields]
-
-
-def sent(protocol: list[tuple[str, str, str]]) -> list[str]:
-    """The client's messages: each statement by its Bind (the one message every run of a
-    prepared statement sends), and the pipeline's Syncs and Flushes."""
-    return [kind for direction, kind, _ in protocol if direction == "F" and kind != "Parse"]
 
 
 @pytest.mark.django_db(transaction=True)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
+from django.db import connection
 
 from continuity.ops.bench.plan import SMOKE, Plan
 from continuity.ops.bench.report import markdown, text_table
@@ -67,7 +68,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, **options):
-        if settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
+        if connection.vendor != "postgresql":
             raise CommandError("The benchmark needs PostgreSQL: set DATABASE_URL.")
         only = self.sections(options["only"])
         plan = self.plan(options)
