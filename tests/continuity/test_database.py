@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import select
+
 import pytest
 from django.db import close_old_connections, connection
 
 from continuity import sql
+from continuity.database import base
 from tests.postgres import another_session, protocol_of
 from tests.waiting import wait_for
 
@@ -21,19 +24,52 @@ def terminate(pid: int) -> None:
         other.execute("SELECT pg_terminate_backend(%s)", [pid])
 
 
-@pytest.mark.django_db(transaction=True)
-def test_a_kept_connection_is_checked_without_asking_the_server():
-    backend_pid()
+def sent_by_check() -> tuple[bool, list[tuple[str, str, str]]]:
     checked = []
-    assert protocol_of(lambda: checked.append(connection.is_usable())) == []
-    assert checked == [True]
+    protocol = protocol_of(lambda: checked.append(connection.is_usable()))
+    return checked[0], protocol
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_connection_in_steady_use_is_checked_without_asking_the_server():
+    backend_pid()
+    assert connection.is_usable()
+    assert sent_by_check() == (True, [])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_connection_quiet_for_a_while_is_checked_by_the_server():
+    backend_pid()
+    connection.checked_at -= base.QUIET_SECONDS + 1
+    usable, protocol = sent_by_check()
+    assert usable
+    assert ("F", "Query", '"SELECT 1"') in protocol
+    assert sent_by_check() == (True, [])  # and then it is in steady use again
 
 
 @pytest.mark.django_db(transaction=True)
 def test_a_connection_the_server_ended_is_replaced_before_the_next_task():
     ended = backend_pid()
+    assert connection.is_usable()
     terminate(ended)
     wait_for(lambda: not connection.is_usable(), timeout=10, what="the connection to end")
     close_old_connections()  # as before each task and request
     assert backend_pid() != ended
     assert connection.is_usable()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_connection_left_in_the_middle_of_a_command_is_unusable():
+    # As a time limit that fires while a statement runs leaves it: the answer has arrived
+    # (the socket is empty again) but was never read.
+    backend_pid()
+    assert connection.is_usable()
+    pgconn = connection.connection.pgconn
+    pgconn.send_query(b"SELECT 1")
+    while pgconn.is_busy():
+        select.select([pgconn.socket], [], [], 5)
+        pgconn.consume_input()
+    try:
+        assert not connection.is_usable()
+    finally:
+        connection.close()
