@@ -137,7 +137,7 @@ DATABASES = {
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
-    # Django's backend, with a health check that asks the socket instead of the server
+    # Django's backend, whose health check of a connection in steady use costs no round trip
     # (continuity/database).
     DATABASES["default"]["ENGINE"] = "continuity.database"
     # Fail fast instead of hanging when the database is away or a row stays locked: callers
