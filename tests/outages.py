@@ -6,10 +6,10 @@ import contextlib
 import shutil
 from pathlib import Path
 
-import psycopg
 from django.db import connection
 
 from continuity.ops import chaos
+from tests.postgres import another_session
 from tests.waiting import wait_for
 
 
@@ -26,14 +26,7 @@ def terminate_other_connections() -> int:
 def maintenance_execute(sql: str) -> None:
     """Run a statement from the cluster's maintenance database: a database cannot refuse
     connections while the statement comes through one of its own."""
-    db = connection.settings_dict
-    with psycopg.connect(
-        host=db["HOST"] or "127.0.0.1",
-        port=db["PORT"] or 5432,
-        user=db["USER"],
-        dbname="postgres",
-        autocommit=True,
-    ) as admin:
+    with another_session(dbname="postgres") as admin:
         admin.execute(sql)
 
 

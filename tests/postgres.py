@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 import psycopg
 from django.db import connection
@@ -36,16 +35,15 @@ def sent(protocol: list[tuple[str, str, str]]) -> list[str]:
     return [kind for direction, kind, _ in protocol if direction == "F" and kind != "Parse"]
 
 
-@contextmanager
-def another_session() -> Iterator[psycopg.Connection]:
-    """A connection of its own to the test database, in autocommit."""
+def another_session(*, dbname: str = "", autocommit: bool = True) -> psycopg.Connection:
+    """A connection of its own to the test database (or to `dbname` on its server); `with`
+    closes it."""
     db = connection.settings_dict
-    with psycopg.connect(
+    return psycopg.connect(
         host=db["HOST"] or "127.0.0.1",
         port=db["PORT"] or 5432,
         user=db["USER"],
         password=db["PASSWORD"] or None,
-        dbname=db["NAME"],
-        autocommit=True,
-    ) as other:
-        yield other
+        dbname=dbname or db["NAME"],
+        autocommit=autocommit,
+    )

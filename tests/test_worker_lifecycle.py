@@ -5,14 +5,13 @@ from __future__ import annotations
 import signal
 import uuid
 
-import psycopg
 import pytest
-from django.db import connection
 
 from continuity.delivery.inbox import message_accept
 from continuity.models import CrashRecord, Message, Worker
 from tests.factories import ConversationFactory
 from tests.outages import terminate_other_connections
+from tests.postgres import another_session
 from tests.processes import WorkerProcess
 from tests.test_faults import LONG_REPLY, assert_promise_kept, run_states, wait_finished
 from tests.waiting import wait_for, wait_streaming
@@ -48,10 +47,7 @@ def test_workers_sharing_a_node_name_leave_each_others_live_attempts_alone(proce
 
 def test_a_stop_with_the_database_locked_does_not_hang(processes):
     worker = processes.add(WorkerProcess(concurrency=1))
-    db = connection.settings_dict
-    with psycopg.connect(
-        host=db["HOST"] or "127.0.0.1", port=db["PORT"] or 5432, user=db["USER"], dbname=db["NAME"]
-    ) as blocker:
+    with another_session(autocommit=False) as blocker:
         blocker.execute("LOCK TABLE continuity_run IN ACCESS EXCLUSIVE MODE")
         worker.signal(signal.SIGTERM)
         # The handoff cannot get at the runs while the lock is held: it gives up in bounded

@@ -5,12 +5,10 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-import psycopg
 import pytest
 from asgiref.sync import async_to_sync
 from channels.testing import WebsocketCommunicator
 from django.conf import settings
-from django.db import connection
 from django.test import Client
 
 from continuity.asgi import application
@@ -19,6 +17,7 @@ from continuity.delivery.inbox import message_accept
 from continuity.live.events import publish_message_changed, publish_reply_chunk
 from continuity.models import ReplyChunk
 from tests.factories import ConversationFactory, UserFactory
+from tests.postgres import another_session
 from tests.waiting import lock_waiters, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -161,10 +160,7 @@ def test_changes_made_while_a_rendering_waits_are_rendered_together(owned):
     owner, conversation, first = owned
     second = message_accept(conversation=conversation, text="And again", client_id=uuid.uuid4())
     headers = session_headers(owner)
-    db = connection.settings_dict
-    blocker = psycopg.connect(
-        host=db["HOST"] or "127.0.0.1", port=db["PORT"] or 5432, user=db["USER"], dbname=db["NAME"]
-    )
+    blocker = another_session(autocommit=False)
 
     def chunk(message_id: int, seq: int) -> None:
         publish_reply_chunk(
