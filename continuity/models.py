@@ -137,6 +137,7 @@ class Message(models.Model):
         blank=True,
         on_delete=models.CASCADE,
         related_name="+",
+        db_index=False,  # `message_hidden_with` below
         help_text="Empty for the branch that is shown. Otherwise the version whose branch this "
         "message is on: showing that version again shows it again.",
     )
@@ -159,6 +160,14 @@ class Message(models.Model):
                 fields=["conversation", "id"],
                 condition=models.Q(role="user", state__in=["queued", "processing"]),
                 name="message_pending",
+            ),
+            # Messages of hidden branches only, looked up by the version that hid them. An
+            # index of every message would tempt the planner, before its statistics exist, to
+            # read all of them for the shown branch's `hidden_with IS NULL`.
+            models.Index(
+                fields=["hidden_with"],
+                condition=models.Q(hidden_with__isnull=False),
+                name="message_hidden_with",
             ),
         ]
 
@@ -207,7 +216,9 @@ class Run(models.Model):
                 name="run_one_running_per_conversation",
             )
         ]
-        indexes = [models.Index(fields=["state", "heartbeat_at"])]
+        # No index led by the state: a plan made for any state (a fence's `id = %s AND state =
+        # %s`) would walk it through every completed run instead of taking the primary key.
+        # The watchdog's live attempts are the rows of the lease's index above.
 
     def __str__(self) -> str:
         return f"Run {self.pk} of message {self.message_id} (attempt {self.attempt}, {self.state})"

@@ -85,13 +85,12 @@ TURNS_SELECT = sql.planned_per_run(
 )
 
 
-# The user messages of a conversation that wait for their answer (queued, or being answered);
-# its one value is the conversation's id. The role and states are written out, not bound: only
-# then does a statement prepared once for every conversation know it may read the small index
-# of waiting messages (`message_pending`), whose condition is the same.
-PENDING = "conversation_id = %s AND role = '{}' AND state IN ('{}', '{}')".format(
-    Message.Role.USER, *Message.PENDING_STATES
-)
+# User messages that wait for their answer (queued, or being answered). The role and states
+# are written out, not bound: only then does a statement prepared once for any values know it
+# may read the small index of waiting messages (`message_pending`), whose condition is this.
+WAITING = "role = '{}' AND state IN ('{}', '{}')".format(Message.Role.USER, *Message.PENDING_STATES)
+# Those of one conversation; its one value is the conversation's id.
+PENDING = f"conversation_id = %s AND {WAITING}"
 
 
 def summary_latest(*, conversation_id: int) -> Summary | None:

@@ -9,6 +9,7 @@ import uuid
 from django.contrib.auth import get_user_model
 
 from continuity import sql
+from continuity.context.assembly import WAITING
 from continuity.delivery.inbox import message_accept
 from continuity.models import Conversation, Message
 
@@ -65,10 +66,11 @@ def one_at_a_time(conversation: Conversation, count: int) -> tuple[list[float], 
 
 def pending(conversation_ids: list[int]) -> int:
     """How many messages of these conversations wait for their reply. One prepared statement:
-    polled every 20 ms, a query built by the ORM took this process a few percent of a core."""
+    polled every 20 ms, a query built by the ORM took this process a few percent of a core.
+    Its conditions are those of the index of waiting messages (`message_pending`): without the
+    role, the server read every message in those states, of every conversation, at each poll."""
     (count,) = sql.row(
-        "SELECT COUNT(*) FROM continuity_message WHERE conversation_id = ANY(%s) "
-        "AND state IN ('{}', '{}')".format(*Message.PENDING_STATES),
+        f"SELECT COUNT(*) FROM continuity_message WHERE conversation_id = ANY(%s) AND {WAITING}",
         [list(conversation_ids)],
     )
     return count
