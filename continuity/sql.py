@@ -14,13 +14,14 @@ import functools
 import itertools
 import json
 from collections.abc import Generator, Iterator, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, TypeVar
 
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
-from django.db.models import NOT_PROVIDED, Model
+from django.db.models import NOT_PROVIDED, Field, Model
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -248,31 +249,68 @@ def insert_statement(
     writes. Values by attname; a field with a database default is left to the database.
     `where`: a condition the row is stored under; when it fails, nothing is stored or returned."""
     db = _db()
-    now = timezone.now()
-    columns, params, written = [], [], {}
+    shape = _insert_shape(model, frozenset(values), db.vendor)
+    now = timezone.now() if shape.stamped else None
+    params, written = [], {}
+    for field, name, constant in shape.columns:
+        if constant is not _UNSET:
+            value, prepared = constant
+        else:
+            if name in values:
+                value = values[name]
+            elif name in shape.stamped:
+                value = now
+            else:
+                value = field.get_default()
+            prepared = field.get_db_prep_save(value, db)
+        params.append(prepared)
+        written[name] = value
+    if where is None:
+        return (f"{shape.head} VALUES ({shape.placeholders}) {shape.returning}", params), written
+    text = f"{shape.head} SELECT {shape.placeholders} WHERE {where[0]} {shape.returning}"
+    return (text, [*params, *where[1]]), written
+
+
+_UNSET = object()
+
+
+@dataclass(frozen=True)
+class _InsertShape:
+    head: str
+    placeholders: str
+    returning: str
+    # (field, attname, (its value, prepared) when it is a constant default, else _UNSET)
+    columns: tuple[tuple[Field, str, object], ...]
+    stamped: frozenset[str]  # auto_now fields
+
+
+@functools.cache
+def _insert_shape(model: type[Model], given: frozenset[str], vendor: str) -> _InsertShape:
+    """What an INSERT of `model` with values for `given` writes, worked out once per shape (and
+    vendor, for its quoting and preparing), constant defaults prepared once: at each insert,
+    this took an accept a few percent of its CPU."""
+    db = connections[DEFAULT_DB_ALIAS]
+    columns, stamped = [], set()
     for field in model._meta.concrete_fields:
-        name = field.attname
-        if name in values:
-            value = values[name]
+        name, constant = field.attname, _UNSET
+        if name in given:
+            pass
         elif field.primary_key or field.db_default is not NOT_PROVIDED:
             continue
         elif getattr(field, "auto_now", False) or getattr(field, "auto_now_add", False):
-            value = now
-        else:
-            value = field.get_default()
-        columns.append(db.ops.quote_name(field.column))
-        params.append(field.get_db_prep_save(value, db))
-        written[name] = value
-    placeholders = ", ".join(["%s"] * len(columns))
-    source = f"VALUES ({placeholders})"
-    if where is not None:
-        source = f"SELECT {placeholders} WHERE {where[0]}"
-        params += list(where[1])
-    text = (
-        f"INSERT INTO {model._meta.db_table} ({', '.join(columns)}) {source} "
-        f"RETURNING {model._meta.pk.column}"
+            stamped.add(name)
+        elif not (field.has_default() and callable(field.default)):
+            default = field.get_default()
+            constant = (default, field.get_db_prep_save(default, db))
+        columns.append((field, name, constant))
+    names = ", ".join(db.ops.quote_name(field.column) for field, _, _ in columns)
+    return _InsertShape(
+        head=f"INSERT INTO {model._meta.db_table} ({names})",
+        placeholders=", ".join(["%s"] * len(columns)),
+        returning=f"RETURNING {model._meta.pk.column}",
+        columns=tuple(columns),
+        stamped=frozenset(stamped),
     )
-    return (text, params), written
 
 
 def inserted(model: type[M], found: list[tuple], written: dict) -> M | None:

@@ -136,3 +136,35 @@ def test_inside_an_outer_transaction_no_commit_is_unflushed(db):
     with transaction.atomic():
         assert sql.unflushed_commit() == []
     assert synchronous_commit_now() == "on"
+
+
+def test_an_insert_stores_the_row_objects_create_would(conversation):
+    """Each shape of insert is worked out once: defaults, the clock's fields and the given
+    values still come out as `objects.create` writes them, insert after insert."""
+    from continuity.models import Message
+
+    earlier = None
+    for text in ("first", "second"):
+        fields = {"conversation_id": conversation.pk, "role": "user", "text": text}
+        inserted = sql.insert(Message, **fields)
+        created = Message.objects.create(**fields)
+        stored, expected = (
+            Message.objects.values().get(pk=each.pk) for each in (inserted, created)
+        )
+        for varies in ("id", "client_id", "created_at", "updated_at"):
+            stored.pop(varies), expected.pop(varies)
+        assert stored == expected
+        assert inserted.created_at == inserted.updated_at  # one clock reading per insert
+        assert earlier is None or inserted.created_at > earlier  # read at each insert
+        earlier = created.created_at
+
+
+def test_a_callable_default_is_called_at_each_insert(conversation):
+    """A constant default is prepared once per shape; a callable one (a JSON field's `dict`)
+    gives each row its own value, never one shared between rows."""
+    from continuity.models import Checkpoint
+
+    values = {"message_id": 1, "run_id": 1, "step": "plan"}
+    (_, first), (_, second) = (sql.insert_statement(Checkpoint, **values) for _ in range(2))
+    assert first["output"] == second["output"] == {}
+    assert first["output"] is not second["output"]
