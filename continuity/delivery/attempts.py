@@ -71,15 +71,20 @@ def conversation_lock(conversation_id: int) -> Conversation | None:
 
 def conversation_lock_statement(conversation_id: int) -> sql.Statement:
     return (
-        f"SELECT id, owner_id, state, brain, retry_at IS NOT NULL AND retry_at > {sql.db_now()} "
-        f"FROM continuity_conversation WHERE id = %s{sql.for_update()}",
+        f"SELECT {conversation_read()} FROM continuity_conversation WHERE id = %s"
+        f"{sql.for_update()}",
         [conversation_id],
     )
 
 
+def conversation_read() -> str:
+    """What an attempt reads of its locked conversation: see `conversation_locked`."""
+    return f"id, owner_id, state, brain, retry_at IS NOT NULL AND retry_at > {sql.db_now()}"
+
+
 def conversation_locked(found: list[tuple]) -> Conversation | None:
-    """The locked row, with what an attempt reads (the other fields load on access) and
-    `backing_off`, judged on the database's clock."""
+    """The locked row (read by `conversation_read`), with what an attempt reads (the other
+    fields load on access) and `backing_off`, judged on the database's clock."""
     if not found:
         return None
     ((pk, owner_id, state, brain, backing_off),) = found
@@ -142,9 +147,11 @@ def next_attempt_statements(conversation_id: int) -> list[sql.Statement]:
 def next_attempt_of(
     found: list[list[tuple]], *, conversation_id: int
 ) -> tuple[Conversation | None, Message | None, bool]:
-    """From the rows of `next_attempt_statements`: the locked conversation, the message an
-    attempt may begin on now (None when the conversation is paused, backing off, empty, or
-    another live attempt holds its lease), and whether one does."""
+    """From the rows of `next_attempt_statements` (or of another statement that locked the
+    conversation and read it as `conversation_read` does, then `lease_and_next_statement`):
+    the locked conversation, the message an attempt may begin on now (None when the
+    conversation is paused, backing off, empty, or another live attempt holds its lease), and
+    whether one does."""
     locked, next_up = found
     conversation = conversation_locked(locked)
     if conversation is None or conversation.state != Conversation.State.ACTIVE:
@@ -303,7 +310,8 @@ def reply_store(
     store `text` as the reply, mark the message done and let the conversation's next queued
     message go on: a drain is sent for it once the transaction commits, unless the caller
     answers it itself (`follow_up` False). `then`: reads run last, under the lock. The reply,
-    whether more messages wait, and the rows of `then`.
+    whether more messages wait, and the rows of `then`, after the conversation's row as its
+    lock read it (`conversation_read`).
 
     Ending the run is the fence: an attempt that no longer owns the message stores nothing
     (the reply is stored only once the run has ended in `run_state`, and the caller's
@@ -326,7 +334,7 @@ def reply_store(
     found = sql.batch(
         (
             f"UPDATE continuity_conversation SET retry_at = NULL, updated_at = {now} "
-            "WHERE id = %s RETURNING id",
+            f"WHERE id = %s RETURNING {conversation_read()}",
             [run.conversation_id],
         ),
         *first,
@@ -343,8 +351,8 @@ def reply_store(
         ),
         *then,
     )
-    _, *firsts, ended, stored, ((more_pending,),) = found[: len(found) - len(then)]
-    thens = found[len(found) - len(then) :]
+    locked, *firsts, ended, stored, ((more_pending,),) = found[: len(found) - len(then)]
+    thens = [locked, *found[len(found) - len(then) :]]
     fence_held(run, *firsts, ended)
     if more_pending and follow_up:
         conversation_enqueue(conversation_id=run.conversation_id)
@@ -400,9 +408,10 @@ def attempt_finish(
         first.append(checkpoint_insert(run=run, name="remember", output={"facts": remembered}))
     then = [handoff_latest_statement(conversation_id=run.conversation_id)]
     if begin_next is not None and not follow_up:
-        then += next_attempt_statements(run.conversation_id)
+        # The conversation is locked, and read, by the reply's first statement.
+        then.append(lease_and_next_statement(run.conversation_id))
     with transaction.atomic():
-        _, more_pending, (latest_handoff, *next_up) = reply_store(
+        _, more_pending, (locked, latest_handoff, *next_up) = reply_store(
             run=run,
             text=reply_text,
             run_state=Run.State.COMPLETED,
@@ -417,7 +426,9 @@ def attempt_finish(
         handoff_after_turn(run=run, task_state=task_state, latest=handoff_of(latest_handoff))
         finished = Finished(more_pending=more_pending and not follow_up)
         if next_up and more_pending:
-            conversation, message, _ = next_attempt_of(next_up, conversation_id=run.conversation_id)
+            conversation, message, _ = next_attempt_of(
+                [locked, *next_up], conversation_id=run.conversation_id
+            )
             try:
                 begun = begin_next(conversation, message) if message is not None else None
             except Exception as exc:  # the next message's trouble must not cost this reply

@@ -361,6 +361,9 @@ def test_within_a_turn_the_next_attempt_begins_in_the_transaction_that_stores_th
     # The first attempt begins in a transaction of its own. Then, per message, its plan step
     # and its respond step commit, and its reply commits with the next attempt's beginning.
     assert cost.transactions == 1 + 3 * 3
+    # A reply's first statement locks the conversation and reads what the next attempt needs
+    # of it; only the first attempt, begun on its own, locks it with a statement of its own.
+    assert cost.statement_kinds["SELECT continuity_conversation FOR UPDATE"] == 1
     replies = Message.objects.filter(role="assistant", reply_to__in=sent).order_by("id")
     assert [reply.reply_to_id for reply in replies] == [m.pk for m in sent]
     assert Run.objects.filter(message__in=sent, state="completed").count() == 3
