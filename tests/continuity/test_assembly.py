@@ -14,7 +14,7 @@ from continuity.delivery.attempts import attempt_begin, attempt_end
 from continuity.delivery.inbox import message_accept
 from continuity.delivery.processing import context_assemble, drain_conversation
 from continuity.errors import AttemptStopped
-from continuity.models import Handoff, MemoryFact, Message, Run, RunContext
+from continuity.models import Handoff, MemoryFact, Message, Run, RunContext, Summary
 from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -201,3 +201,28 @@ def test_every_turn_after_the_summary_is_in_the_context_however_many(
 
     stored = RunContext.objects.get(run__message=last)
     assert stored.turns == [pk for m in asked for pk in (m.pk, m.reply.pk)]
+
+
+@pytest.mark.parametrize("window", [1, 2, 3, 10])
+def test_the_turns_a_summary_covers_are_left_out_however_the_window_falls(
+    conversation, settings, monkeypatch, window
+):
+    """The summary is read beside the turns, and the walk back through windows of turns stops
+    at the last message it covers, wherever that falls in a window."""
+    from continuity.context import assembly
+
+    settings.CONTINUITY_BUILTIN_TOKEN_DELAY = 0
+    monkeypatch.setattr(assembly, "TURNS_WINDOW", window)
+    asked = []
+    for n in range(5):
+        asked.append(send(conversation, f"Question {n}"))
+        drain_conversation(conversation_id=conversation.pk)
+    summary = Summary.objects.create(
+        conversation=conversation, version=1, covers_through=asked[1].reply, text="Two turns."
+    )
+    last = send(conversation, "And now?")
+    drain_conversation(conversation_id=conversation.pk)
+
+    stored = RunContext.objects.get(run__message=last)
+    assert stored.summary_id == summary.pk
+    assert stored.turns == [pk for m in asked[2:] for pk in (m.pk, m.reply.pk)]
