@@ -308,21 +308,8 @@ def test_every_hot_path_statement_finds_a_conversations_rows_through_an_index(
         cursor.execute("ANALYZE continuity_message")
         cursor.execute("ANALYZE continuity_run")
     send(conversation, "second")  # it has a turn before it, and that turn's plan
-    engine_statements = []
-
-    def capture(execute, text, params, many, context):
-        if isinstance(context["cursor"].cursor, sql._server_binding_cursor()):
-            engine_statements.append((text, params))
-        return execute(text, params, many, context)
-
-    with connection.execute_wrapper(capture):
-        drain_conversation(conversation_id=conversation.pk)
+    reads = hot_path_reads_of_a_drain(conversation)
     assert Message.objects.filter(conversation=conversation, role="assistant").count() == 3
-    reads = [
-        (text, params)
-        for text, params in engine_statements
-        if "continuity_message" in text or "continuity_run " in text
-    ]
     assert any(text in sql._planned_per_run for text, _ in reads)
     assert any(text not in sql._planned_per_run for text, _ in reads)
     for text, params in reads:
@@ -341,27 +328,13 @@ def test_before_any_statistics_runs_and_messages_are_still_read_through_their_ow
     the same indexes, that nothing analyzes."""
     from django.db import connection
 
-    from continuity import sql
     from continuity.delivery.processing import drain_conversation
 
     settings.CONTINUITY_BUILTIN_TOKEN_DELAY = 0
     send(conversation, "first")
     drain_conversation(conversation_id=conversation.pk)
     send(conversation, "second")
-    statements = []
-
-    def capture(execute, text, params, many, context):
-        if isinstance(context["cursor"].cursor, sql._server_binding_cursor()):
-            statements.append((text, params))
-        return execute(text, params, many, context)
-
-    with connection.execute_wrapper(capture):
-        drain_conversation(conversation_id=conversation.pk)
-    reads = [
-        (text, params)
-        for text, params in statements
-        if "continuity_message" in text or "continuity_run " in text
-    ]
+    reads = hot_path_reads_of_a_drain(conversation)
     fences = [text for text, _ in reads if "FROM continuity_run WHERE id = %s AND state" in text]
     assert len(fences) >= 3  # the checkpoints', the chunk's and the reply's
     with connection.cursor() as cursor:
@@ -388,6 +361,30 @@ def test_before_any_statistics_runs_and_messages_are_still_read_through_their_ow
         )
     for text, params in reads:
         assert_reads_through_indexes_made_for_it(text, params)
+
+
+def hot_path_reads_of_a_drain(conversation) -> list[tuple[str, list]]:
+    """The engine's statements (with their values) that a drain of the conversation ran and
+    that read messages or runs."""
+    from django.db import connection
+
+    from continuity import sql
+    from continuity.delivery.processing import drain_conversation
+
+    statements = []
+
+    def capture(execute, text, params, many, context):
+        if isinstance(context["cursor"].cursor, sql._server_binding_cursor()):
+            statements.append((text, params))
+        return execute(text, params, many, context)
+
+    with connection.execute_wrapper(capture):
+        drain_conversation(conversation_id=conversation.pk)
+    return [
+        (text, params)
+        for text, params in statements
+        if "continuity_message" in text or "continuity_run " in text
+    ]
 
 
 def assert_reads_through_indexes_made_for_it(text: str, params) -> None:
