@@ -161,6 +161,13 @@ class Message(models.Model):
                 condition=models.Q(role="user", state__in=["queued", "processing"]),
                 name="message_pending",
             ),
+            # The answered questions of the shown branch, by conversation, in order: the turns
+            # of a context (`context.assembly.QUESTIONS`, whose condition is this one's).
+            models.Index(
+                fields=["conversation", "id"],
+                condition=models.Q(role="user", state="done", hidden_with__isnull=True),
+                name="message_answered_question",
+            ),
             # Messages of hidden branches only, looked up by the version that hid them. An
             # index of every message would tempt the planner, before its statistics exist, to
             # read all of them for the shown branch's `hidden_with IS NULL`.

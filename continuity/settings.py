@@ -149,7 +149,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
             f"-c statement_timeout={env_int('DATABASE_STATEMENT_TIMEOUT_MS', 60_000)}",
             # Statements are prepared at their first run on a connection: parsed once, and
             # after five runs planned once where that plan is as good as one made for the
-            # values (`continuity.sql.planned_per_run` names those planned every time). Only
+            # values (the engine's are written so that it is: `continuity.sql.cursor`). Only
             # the engine's hand-written hot path binds values on the server (continuity.sql);
             # the ORM binds on the client, which psycopg never prepares. Not for a pooler in
             # transaction mode (PgBouncer): prepared statements belong to one server connection.

@@ -34,19 +34,6 @@ Statement = tuple[str, Sequence]
 _batches = itertools.count(1)
 
 
-_planned_per_run: set[str] = set()
-
-
-def planned_per_run(text: str) -> str:
-    """Mark a statement whose best plan depends on its values, so that PostgreSQL plans it at
-    every run instead of keeping a plan made for any value: one that reads a range of message
-    ids (the server cannot tell how wide a range of two unknown bounds is, and a plan made for
-    any value walks the whole table from the end of the range, past every other
-    conversation's messages). Planning costs a fraction of a millisecond."""
-    _planned_per_run.add(text)
-    return text
-
-
 def _db() -> BaseDatabaseWrapper:
     """The default database's connection of this thread. Looked up once per call here: each
     attribute read through `django.db.connection` looks it up again (a tenth of a drain's CPU
@@ -58,9 +45,10 @@ def cursor() -> CursorWrapper:
     """On PostgreSQL, a cursor that binds values on the server, so each statement here is
     prepared once per connection (the settings' `prepare_threshold`) and then only executed:
     no quoting in Python, no parsing in the server, and after a few runs no planning either
-    (except those `planned_per_run`). The ORM's cursors bind on the client and are never
-    prepared. Wrapped like Django's own cursors: database errors become Django's, and execute
-    wrappers (statement counts) see every statement."""
+    (each statement is written so that a plan made for any value finds its rows through the
+    index made for them: `tests/continuity/test_attempts`). The ORM's cursors bind on the
+    client and are never prepared. Wrapped like Django's own cursors: database errors become
+    Django's, and execute wrappers (statement counts) see every statement."""
     db = _db()
     if db.vendor != "postgresql":
         return db.cursor()
@@ -78,17 +66,10 @@ def _bound_cursor(db: BaseDatabaseWrapper) -> CursorWrapper:
     return db.make_cursor(bound)
 
 
-@functools.cache
 def _server_binding_cursor() -> type:
     from django.db.backends.postgresql.base import ServerBindingCursor
 
-    class EngineCursor(ServerBindingCursor):
-        def execute(self, query, params=None, *, prepare=None, binary=None):
-            if prepare is None and query in _planned_per_run:
-                prepare = False  # psycopg's unnamed statement: planned with its values
-            return super().execute(query, params, prepare=prepare, binary=binary)
-
-    return EngineCursor
+    return ServerBindingCursor
 
 
 class LoggedCursor(CursorDebugWrapper):

@@ -53,10 +53,17 @@ LATEST_SUMMARY = (
     "WHERE s.conversation_id = %s AND m.hidden_with_id IS NULL "
     "ORDER BY s.version DESC LIMIT 1"
 )
-# The answered questions of the shown branch before a message.
+# The answered questions of the shown branch before a message (its values: the conversation,
+# the message, the conversation again), newest first. Written so that only the index of
+# answered questions (`message_answered_question`, whose condition is this one's) can serve
+# it, whatever the statistics: the role and states are written out, and the conversation and
+# the bound are one range of (conversation, id) pairs, whose order no other index holds. As
+# `conversation_id = %s AND id < %s`, a plan made for any value walked the message table's
+# primary key back from the message, through every other conversation's messages.
 QUESTIONS = (
-    "q.conversation_id = %s AND q.role = %s AND q.state = %s AND q.hidden_with_id IS NULL "
-    "AND q.id < %s"
+    f"q.role = '{Message.Role.USER}' AND q.state = '{Message.State.DONE}' "
+    "AND q.hidden_with_id IS NULL AND (q.conversation_id, q.id) < (%s, %s) "
+    "AND (q.conversation_id, q.id) > (%s, 0) ORDER BY q.conversation_id DESC, q.id DESC"
 )
 # Those the newest summary does not cover.
 AFTER_SUMMARY = f"t.id > COALESCE((SELECT covers_through_id FROM ({LATEST_SUMMARY}) AS s), 0)"
@@ -78,10 +85,12 @@ TURNS_WINDOW = 200
 # summary is read by the same statement), and it then guesses the range is short: it walked
 # the primary key through every message written since the summary, by every conversation (25
 # ms for a conversation summarized 100,000 messages ago). Newest first with a limit, it reads
-# the conversation's own questions only. Planned at each run: see `sql.planned_per_run`.
-TURNS_SELECT = sql.planned_per_run(
+# the conversation's own questions only. Prepared like the others: planned at every run (its
+# earlier form needed it), its planning took more of the server's time than the rest of the
+# message's statements together.
+TURNS_SELECT = (
     f"{TURN_COLUMNS}FROM (SELECT q.id, q.role, q.text FROM continuity_message AS q "
-    f"WHERE {QUESTIONS} ORDER BY q.id DESC LIMIT %s) AS t WHERE {AFTER_SUMMARY} ORDER BY t.id"
+    f"WHERE {QUESTIONS} LIMIT %s) AS t WHERE {AFTER_SUMMARY} ORDER BY t.id"
 )
 
 
@@ -119,9 +128,8 @@ def turns_statement(*, conversation_id: int, before_id: int) -> sql.Statement:
     100,000 messages). More than TURNS_WINDOW rows: see `turns_complete`."""
     return TURNS_SELECT, [
         conversation_id,
-        Message.Role.USER,
-        Message.State.DONE,
         before_id,
+        conversation_id,
         TURNS_WINDOW + 1,
         conversation_id,
     ]

@@ -11,6 +11,7 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
+from continuity.context.assembly import TURNS_SELECT
 from continuity.delivery.alerts import alerts_flush
 from continuity.delivery.attempts import attempt_begin, attempt_end, backoff_delay
 from continuity.delivery.conversations import conversation_resume
@@ -262,11 +263,10 @@ def test_every_hot_path_statement_finds_a_conversations_rows_through_an_index(
     conversation's messages and runs through an index made for the lookup: one that walked the
     message table's primary key, past every other conversation's messages, took 150 ms at
     150,000 messages; one that read every past run of the conversation to find the running one
-    would grow with its length. Statements whose good plan depends on their values are planned
-    at every run (`sql.planned_per_run`): their plan for these values is checked instead."""
+    would grow with its length. The read of the turns, whose range once needed planning at
+    every run, takes the index of answered questions under such a plan too."""
     from django.db import connection
 
-    from continuity import sql
     from continuity.delivery.processing import drain_conversation
     from tests.factories import ConversationFactory
 
@@ -310,10 +310,11 @@ def test_every_hot_path_statement_finds_a_conversations_rows_through_an_index(
     send(conversation, "second")  # it has a turn before it, and that turn's plan
     reads = hot_path_reads_of_a_drain(conversation)
     assert Message.objects.filter(conversation=conversation, role="assistant").count() == 3
-    assert any(text in sql._planned_per_run for text, _ in reads)
-    assert any(text not in sql._planned_per_run for text, _ in reads)
     for text, params in reads:
         assert_reads_through_indexes_made_for_it(text, params)
+    (turns,) = [(text, params) for text, params in reads if text == TURNS_SELECT]
+    shown = "\n".join(statement_plan(*turns))
+    assert "Index Scan Backward using message_answered_question" in shown, shown
 
 
 def test_before_any_statistics_runs_and_messages_are_still_read_through_their_own_indexes(
@@ -392,9 +393,7 @@ def assert_reads_through_indexes_made_for_it(text: str, params) -> None:
     runs are found through indexes made for the lookup: no scan of either table, no walk
     through the messages of the shown branch, the message table's primary key only for one
     message by its id, and runs only by their primary key or by the index of running ones."""
-    from continuity import sql
-
-    plan = statement_plan(text, params, generic=text not in sql._planned_per_run)
+    plan = statement_plan(text, params)
     shown = "\n".join(plan)
     assert "Seq Scan on continuity_message" not in shown, shown
     assert "Seq Scan on continuity_run" not in shown, shown
@@ -408,15 +407,11 @@ def assert_reads_through_indexes_made_for_it(text: str, params) -> None:
             assert any(f"using {index} " in line for index in run_indexes), shown
 
 
-def statement_plan(text: str, params, *, generic: bool) -> list[str]:
-    """The plan PostgreSQL runs the statement with: for these values, or (`generic`) the one
-    it may keep for any values."""
+def statement_plan(text: str, params) -> list[str]:
+    """The plan PostgreSQL may keep for the statement, for any values."""
     from django.db import connection
 
     with transaction.atomic(), connection.cursor() as cursor:
-        if not generic:
-            cursor.execute(f"EXPLAIN {text}", params)
-            return [line for (line,) in cursor.fetchall()]
         numbers = iter(range(1, len(params) + 1))
         prepared = re.sub("%s", lambda _: f"${next(numbers)}", text).replace("%%", "%")
         cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
