@@ -66,6 +66,7 @@ def _bound_cursor(db: BaseDatabaseWrapper) -> CursorWrapper:
     return db.make_cursor(bound)
 
 
+@functools.cache
 def _server_binding_cursor() -> type:
     from django.db.backends.postgresql.base import ServerBindingCursor
 

@@ -54,10 +54,10 @@ LATEST_SUMMARY = (
     "ORDER BY s.version DESC LIMIT 1"
 )
 # The answered questions of the shown branch before a message (its values: the conversation,
-# the message, the conversation again), newest first. Written so that only the index of
-# answered questions (`message_answered_question`, whose condition is this one's) can serve
-# it, whatever the statistics: the role and states are written out, and the conversation and
-# the bound are one range of (conversation, id) pairs, whose order no other index holds. As
+# the message, the conversation again), newest first. Written for the index of answered
+# questions (`message_answered_question`, whose condition is this one's, written out), which
+# holds exactly these rows in this order, whatever the statistics: the conversation and the
+# bound are one range of (conversation, id) pairs, which the primary key cannot serve. As
 # `conversation_id = %s AND id < %s`, a plan made for any value walked the message table's
 # primary key back from the message, through every other conversation's messages.
 QUESTIONS = (
