@@ -82,8 +82,11 @@ class Message(models.Model):
 
     PENDING_STATES = (State.QUEUED, State.PROCESSING)
 
+    # Not indexed alone: the indexes below that lead with it serve its lookups. One that held
+    # a conversation's messages in no useful order let a plan made for any conversation read
+    # all of them and sort them for the turns of a context (`context.assembly.QUESTIONS`).
     conversation = models.ForeignKey(
-        Conversation, on_delete=models.CASCADE, related_name="messages"
+        Conversation, on_delete=models.CASCADE, related_name="messages", db_index=False
     )
     role = models.CharField(max_length=16, choices=Role.choices)
     text = models.TextField()
@@ -147,8 +150,9 @@ class Message(models.Model):
     class Meta:
         ordering = ["id"]
         constraints = [
+            # Led by the client id, for the same reason as `conversation` above.
             models.UniqueConstraint(
-                fields=["conversation", "client_id"], name="message_unique_client_id"
+                fields=["client_id", "conversation"], name="message_unique_client_id"
             )
         ]
         indexes = [
