@@ -85,9 +85,9 @@ TURNS_WINDOW = 200
 # summary is read by the same statement), and it then guesses the range is short: it walked
 # the primary key through every message written since the summary, by every conversation (25
 # ms for a conversation summarized 100,000 messages ago). Newest first with a limit, it reads
-# the conversation's own questions only. Prepared like the others: planned at every run (its
-# earlier form needed it), its planning took more of the server's time than the rest of the
-# message's statements together.
+# the conversation's own questions only. Prepared like the others: its earlier form had to be
+# planned at every run, which took the server more time than the rest of a message's
+# statements together.
 TURNS_SELECT = (
     f"{TURN_COLUMNS}FROM (SELECT q.id, q.role, q.text FROM continuity_message AS q "
     f"WHERE {QUESTIONS} LIMIT %s) AS t WHERE {AFTER_SUMMARY} ORDER BY t.id"
