@@ -50,6 +50,6 @@ class DatabaseWrapper(base.DatabaseWrapper):
         return usable
 
     def _server_sent_something(self) -> bool:
-        socket = select.poll()  # not select(): it fails past 1,024 open files
-        socket.register(self.connection.fileno(), select.POLLIN)
-        return bool(socket.poll(0))
+        waiting = select.poll()  # not select(): it fails past 1,024 open files
+        waiting.register(self.connection.fileno(), select.POLLIN)
+        return bool(waiting.poll(0))

@@ -182,20 +182,29 @@ def test_concurrent_turns_of_one_person_store_one_current_version_of_a_fact():
     assert MemoryFact.objects.filter(owner=owner, key="note").count() >= 2
 
 
-@pytest.mark.parametrize("window", [1, 2, 3, 10])
-def test_every_turn_after_the_summary_is_in_the_context_however_many(
-    conversation, settings, monkeypatch, window
-):
-    """The turns are read from a window of the newest ones; when they fill it, all are read,
-    or compaction would never summarize those beyond it."""
+@pytest.fixture(params=[1, 2, 3, 10])
+def turns_window(request, settings, monkeypatch) -> int:
+    """Turns read a few at a time (`assembly.TURNS_WINDOW`), by a brain that answers at once."""
     from continuity.context import assembly
 
     settings.CONTINUITY_BUILTIN_TOKEN_DELAY = 0
-    monkeypatch.setattr(assembly, "TURNS_WINDOW", window)
+    monkeypatch.setattr(assembly, "TURNS_WINDOW", request.param)
+    return request.param
+
+
+def answered(conversation, count: int) -> list[Message]:
+    """`count` questions, each answered before the next is sent."""
     asked = []
-    for n in range(3):
+    for n in range(count):
         asked.append(send(conversation, f"Question {n}"))
         drain_conversation(conversation_id=conversation.pk)
+    return asked
+
+
+def test_every_turn_after_the_summary_is_in_the_context_however_many(conversation, turns_window):
+    """The turns are read from a window of the newest ones; when they fill it, all are read,
+    or compaction would never summarize those beyond it."""
+    asked = answered(conversation, 3)
     last = send(conversation, "And now?")
     drain_conversation(conversation_id=conversation.pk)
 
@@ -203,20 +212,12 @@ def test_every_turn_after_the_summary_is_in_the_context_however_many(
     assert stored.turns == [pk for m in asked for pk in (m.pk, m.reply.pk)]
 
 
-@pytest.mark.parametrize("window", [1, 2, 3, 10])
 def test_the_turns_a_summary_covers_are_left_out_however_the_window_falls(
-    conversation, settings, monkeypatch, window
+    conversation, turns_window
 ):
     """The summary is read beside the turns, and the walk back through windows of turns stops
     at the last message it covers, wherever that falls in a window."""
-    from continuity.context import assembly
-
-    settings.CONTINUITY_BUILTIN_TOKEN_DELAY = 0
-    monkeypatch.setattr(assembly, "TURNS_WINDOW", window)
-    asked = []
-    for n in range(5):
-        asked.append(send(conversation, f"Question {n}"))
-        drain_conversation(conversation_id=conversation.pk)
+    asked = answered(conversation, 5)
     summary = Summary.objects.create(
         conversation=conversation, version=1, covers_through=asked[1].reply, text="Two turns."
     )
