@@ -240,6 +240,37 @@ def test_a_validation_error_dead_letters_at_once(conversation, monkeypatch):
     assert "ValidationError" in message.dead_letter.reason
 
 
+def test_losing_the_database_mid_reply_gives_the_attempt_back(conversation, monkeypatch):
+    """The attempt's own server process ends mid-reply, as a restart or failover ends it: the
+    attempt is interrupted (not failed), so the outage uses up none of the message's attempts."""
+    from django.db import connection
+
+    from continuity.models import CrashRecord, DeadLetter
+    from tests.postgres import another_session
+
+    respond = BuiltinBrain.respond
+
+    def cut_off_after_the_first_token(self, context, plan):
+        tokens = respond(self, context, plan)
+        yield next(tokens)
+        with another_session() as other:  # waits (up to 10 s) until the process has ended
+            other.execute(
+                "SELECT pg_terminate_backend(%s, 10000)", [connection.connection.info.backend_pid]
+            )
+        yield from tokens
+
+    monkeypatch.setattr(BuiltinBrain, "respond", cut_off_after_the_first_token)
+    message = send(conversation, "Hello there, how are you today?")
+    drain_conversation(conversation_id=conversation.pk)
+
+    run = Run.objects.get(message=message)
+    assert run.state == "interrupted", run.error
+    assert run.error.startswith("Database unavailable: OperationalError")
+    message.refresh_from_db()
+    assert (message.state, message.attempts, message.interruptions) == ("queued", 0, 1)
+    assert not CrashRecord.objects.exists() and not DeadLetter.objects.exists()
+
+
 def test_a_reply_deleted_by_staff_does_not_break_the_next_answers(conversation):
     first = send(conversation, "My name is Ada")
     drain_conversation(conversation_id=conversation.pk)
