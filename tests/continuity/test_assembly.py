@@ -201,15 +201,35 @@ def answered(conversation, count: int) -> list[Message]:
     return asked
 
 
-def test_every_turn_after_the_summary_is_in_the_context_however_many(conversation, turns_window):
+def histories_given(monkeypatch) -> dict[int, list[tuple[str, str]]]:
+    """The recent turns the brain is given from now on, as (role, text), by message answered."""
+    given: dict[int, list[tuple[str, str]]] = {}
+    plan = BuiltinBrain.plan
+
+    def recording(self, context):
+        given[context.message_id] = [(turn.role, turn.text) for turn in context.history]
+        return plan(self, context)
+
+    monkeypatch.setattr(BuiltinBrain, "plan", recording)
+    return given
+
+
+def test_every_turn_after_the_summary_is_in_the_context_however_many(
+    conversation, turns_window, monkeypatch
+):
     """The turns are read from a window of the newest ones; when they fill it, all are read,
-    or compaction would never summarize those beyond it."""
+    or compaction would never summarize those beyond it. The brain reads them oldest first,
+    as they were written, and so does the stored context."""
     asked = answered(conversation, 3)
+    given = histories_given(monkeypatch)
     last = send(conversation, "And now?")
     drain_conversation(conversation_id=conversation.pk)
 
     stored = RunContext.objects.get(run__message=last)
     assert stored.turns == [pk for m in asked for pk in (m.pk, m.reply.pk)]
+    written = [(turn.role, turn.text) for m in asked for turn in (m, m.reply)]
+    assert given[last.pk] == written
+    assert [(turn.role, turn.text) for turn in run_context_load(stored).history] == written
 
 
 def test_the_turns_a_summary_covers_are_left_out_however_the_window_falls(
