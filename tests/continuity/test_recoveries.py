@@ -13,7 +13,7 @@ from continuity.context.recoveries import restored_of
 from continuity.delivery.attempts import attempt_begin, attempt_end
 from continuity.delivery.inbox import message_accept
 from continuity.delivery.processing import drain_conversation
-from continuity.models import Conversation, Handoff, Message, Recovery, RunContext
+from continuity.models import Conversation, Handoff, Message, Recovery, RunContext, Summary
 from tests.factories import ConversationFactory, UserFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -61,6 +61,26 @@ def test_a_crash_then_a_resume_records_a_recovery_the_banner_and_the_reply_speak
     assert "It restored your handoff from" in html and "2 remembered facts" in html
     assert "the last 2 messages" in html
     assert reverse("chat:recovery", args=[chat.pk, recovery.pk]) in html
+
+
+def test_the_banner_counts_every_message_the_summary_covers(chat):
+    """The summary covers the messages up to and including the one it was written through."""
+    first_question, first_reply = chat.messages.order_by("pk")
+    send(chat, "Ownership is confusing")
+    drain_conversation(conversation_id=chat.pk)
+    summary = Summary.objects.create(
+        conversation=chat, version=1, covers_through=first_reply, text="Ada ships a compiler."
+    )
+    message = interrupted_then_resumed(chat, "Where were we?", state="crashed", error="boom")
+    recovery = Recovery.objects.get(message=message)
+
+    assert recovery.run.context.summary == summary
+    restored = restored_of(recovery.run.context)
+    assert (restored.summary_messages, restored.turns) == (2, 2)
+    page = Client()
+    page.force_login(chat.owner)
+    html = page.get(reverse("chat:conversation", args=[chat.pk])).content.decode()
+    assert "a summary of 2 earlier messages and the last 2 messages" in html
 
 
 def test_a_planned_shutdown_is_told_as_a_planned_restart(chat):
