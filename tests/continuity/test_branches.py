@@ -116,10 +116,19 @@ def test_showing_a_version_again_brings_back_its_whole_branch(chat):
     edited = message_edit(message=two, text="deux", client_id=uuid.uuid4())
     answer(edited, "Reply to deux")
     four = answered(chat, "four on the deux branch")
+    hidden = dict(chat.messages.filter(hidden_with=two).values_list("pk", "version"))
     version_show(message=two)
     assert shown_texts(chat) == [
         "one", "Reply to one", "two", "Reply to two", "three", "Reply to three",
     ]  # fmt: skip
+    # Open pages drop renderings older than what they hold (chat.js `rank`, first by version):
+    # shown again, each message must render newer than while hidden, or a hidden rendering
+    # still on its way (read before the switch) removes it from open pages for good.
+    assert len(hidden) == 4  # two, three and their replies
+    revealed = dict(Message.objects.filter(pk__in=hidden).values_list("pk", "version"))
+    assert {pk: revealed[pk] > version for pk, version in hidden.items()} == dict.fromkeys(
+        hidden, True
+    )
     version_show(message=two)  # a second click (or another tab): nothing more happens
     version_show(message=edited)
     assert shown_texts(chat) == [
