@@ -10,6 +10,7 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
+from continuity.delivery.dead_letters import dead_letter_discard, dead_letter_retry
 from continuity.models import Alert, Conversation, CrashRecord, DeadLetter, Message, Run, Worker
 from tests.dashboard.console import dead_letter_make
 from tests.factories import ConversationFactory, MessageFactory, UserFactory
@@ -208,13 +209,21 @@ def test_acting_twice_says_it_was_done_already(staff):
 
 def test_bulk_confirmation_names_the_count_then_acts_on_exactly_those(staff):
     chat = ConversationFactory()
-    letters = [dead_letter_make(chat, f"message {n}") for n in range(4)]
+    letters = [dead_letter_make(chat, f"message {n}") for n in range(5)]
+    handled = letters[4]  # ticked on a page loaded before someone else discarded it
+    dead_letter_discard(dead_letter=handled, by=UserFactory(is_staff=True), reason="spam")
     url = reverse("dashboard:dead_letters_bulk")
     ids = [dl.pk for dl in letters[:3]]
-    page = staff.post(url, {"action": "retry", "ids": ids}).content.decode()
+    page = staff.post(url, {"action": "retry", "ids": [*ids, handled.pk]}).content.decode()
     assert 'data-bulk-count="3"' in page and "Retry 3 dead letters?" in page
+    assert f'name="ids" value="{handled.pk}"' not in page  # only pending ones are listed
     assert DeadLetter.objects.filter(status="pending").count() == 4  # nothing done yet
-    staff.post(url, {"action": "retry", "scope": "ticked", "ids": ids, "confirmed": "on"})
+    done = staff.post(
+        url,
+        {"action": "retry", "scope": "ticked", "ids": [*ids, handled.pk], "confirmed": "on"},
+        follow=True,
+    ).content.decode()
+    assert "3 dead letter(s) retried" in done and "was already" not in done
     assert set(DeadLetter.objects.filter(status="retried").values_list("pk", flat=True)) == set(ids)
 
 
@@ -223,11 +232,13 @@ def test_bulk_on_a_filter_lists_what_it_matches(staff):
     dead_letter_make(chat, "alpha one")
     dead_letter_make(chat, "alpha two")
     dead_letter_make(chat, "beta")
+    retried = dead_letter_make(chat, "alpha three")
+    dead_letter_retry(dead_letter=retried, by=UserFactory(is_staff=True))
     page = staff.post(
         reverse("dashboard:dead_letters_bulk"),
-        {"action": "discard", "scope": "matching", "query": "q=alpha"},
+        {"action": "discard", "scope": "matching", "query": "q=alpha"},  # any status
     ).content.decode()
-    assert 'data-bulk-count="2"' in page and "Discard 2 dead letters?" in page
+    assert 'data-bulk-count="2"' in page and "Discard 2 dead letters?" in page  # pending ones
 
 
 def test_bulk_discard_without_a_reason_asks_for_one(staff):
