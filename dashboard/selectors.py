@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import redis
 from django.db import connection
 from django.db.models import (
+    Aggregate,
     Case,
     CharField,
     Count,
@@ -23,6 +25,7 @@ from django.db.models import (
 from django.db.models.functions import Now, TruncHour
 from django.utils import timezone
 
+from continuity.delivery.attempts import db_now_plus
 from continuity.delivery.heartbeats import redis_client, stale_before
 from continuity.models import (
     Alert,
@@ -109,22 +112,55 @@ class ReplyFigures:
     p95: timedelta | None
 
 
-REPLY_TIMES = """
-    SELECT count(*),
-           percentile_cont(0.5) WITHIN GROUP (ORDER BY reply.created_at - asked.created_at),
-           percentile_cont(0.95) WITHIN GROUP (ORDER BY reply.created_at - asked.created_at)
-    FROM continuity_message reply
-    JOIN continuity_message asked ON asked.id = reply.reply_to_id
-    WHERE reply.created_at >= now() - %s
-"""
+class PercentileCont(Aggregate):
+    """PostgreSQL's percentile_cont: the value at that fraction of the ordered values,
+    interpolated between the two nearest. SQLite has none: see `percentile_by_offset`."""
+
+    function = "percentile_cont"
+    template = "%(function)s(%(fraction)s) WITHIN GROUP (ORDER BY %(expressions)s)"
+
+    def __init__(self, expression, *, fraction: float, **extra) -> None:
+        super().__init__(expression, fraction=float(fraction), **extra)
 
 
 def reply_figures(*, within: timedelta = timedelta(hours=1)) -> ReplyFigures:
     """Messages answered within the period, and the time from accept to reply."""
-    with connection.cursor() as cursor:
-        cursor.execute(REPLY_TIMES, [within])
-        answered, p50, p95 = cursor.fetchone()
-    return ReplyFigures(answered=answered, p50=p50, p95=p95)
+    replies = Message.objects.filter(
+        role=Message.Role.ASSISTANT,
+        reply_to__isnull=False,
+        created_at__gte=db_now_plus(-within),
+    ).annotate(
+        delay=ExpressionWrapper(F("created_at") - F("reply_to__created_at"), DurationField())
+    )
+    if connection.vendor == "postgresql":
+        figures = replies.aggregate(
+            answered=Count("pk"),
+            p50=PercentileCont("delay", fraction=0.5),
+            p95=PercentileCont("delay", fraction=0.95),
+        )
+        return ReplyFigures(**figures)
+    answered = replies.count()
+    return ReplyFigures(
+        answered=answered,
+        p50=percentile_by_offset(replies, "delay", fraction=0.5, count=answered),
+        p95=percentile_by_offset(replies, "delay", fraction=0.95, count=answered),
+    )
+
+
+def percentile_by_offset(
+    rows: QuerySet, field: str, *, fraction: float, count: int
+) -> timedelta | None:
+    """percentile_cont computed from the one or two rows around the fraction's position, read
+    in order by offset: the same value PostgreSQL gives, on databases that lack the aggregate."""
+    if not count:
+        return None
+    position = fraction * (count - 1)
+    below = math.floor(position)
+    nearest = list(rows.order_by(field).values_list(field, flat=True)[below : below + 2])
+    if len(nearest) == 1:
+        return nearest[0]
+    low, high = nearest
+    return low + (high - low) * (position - below)
 
 
 @dataclass(frozen=True)
