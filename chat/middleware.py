@@ -1,22 +1,25 @@
-"""A database outage answers 503 "try again", never a 500, and loses no typed text; and a
-request's middleware runs in one thread."""
+"""A database outage answers 503 "try again" and loses no typed text, while a wrong statement
+stays a 500 with its traceback; and a request's middleware runs in one thread."""
 
 from __future__ import annotations
 
 import logging
 
-from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse
 from django.template.loader import render_to_string
+
+from continuity.database.outages import database_unreachable
 
 logger = logging.getLogger(__name__)
 RETRY_AFTER_SECONDS = 3
 
 
 class DatabaseUnavailableMiddleware:
-    """Turns a lost database into 503 with Retry-After. The composer keeps the text and sends
-    it again by itself with the same client id, so a retry that did get through before the
-    outage returns the stored message instead of a second one."""
+    """Turns a database that cannot serve (refused, lost, a timeout on connect or on a lock)
+    into 503 with Retry-After. The composer keeps the text and sends it again by itself with
+    the same client id, so a retry that did get through before the outage returns the stored
+    message instead of a second one. Any other database error is a bug: Django's 500, logged
+    with its traceback."""
 
     def __init__(self, get_response) -> None:
         self.get_response = get_response
@@ -25,7 +28,7 @@ class DatabaseUnavailableMiddleware:
         return self.get_response(request)
 
     def process_exception(self, request: HttpRequest, exception: Exception):
-        if not isinstance(exception, OperationalError | InterfaceError):
+        if not database_unreachable(exception):
             return None
         logger.warning("Database unavailable (%s %s): %s", request.method, request.path, exception)
         # Rendered without the request: the session and the user live in the database too.
