@@ -12,11 +12,14 @@ run: $(STAMP)
 
 AXE := tests/browser/node_modules/axe-core/axe.min.js
 
+# Three pytest processes: the suite on PostgreSQL; again on SQLite (`make run`'s database), all
+# but what is marked PostgreSQL-only; the browser tests (see README "Two commands").
 test: $(STAMP) $(AXE)
 	scripts/ensure-test-services
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	DATABASE_URL=sqlite://:memory: $(BIN)/python -m pytest -m "not postgresql" $(PYTEST_ARGS)
 	$(BIN)/python -m pytest tests/browser $(PYTEST_ARGS)
 
 # Measures the engine and writes docs/benchmarks.md (README "Benchmarks"); not part of `make test`,

@@ -28,6 +28,7 @@ from continuity.selectors import (
     MARK_START,
     conversations_of,
     conversations_search,
+    search_finds_word_forms,
 )
 
 from .exports import export_json, export_markdown
@@ -123,7 +124,11 @@ def search(request: HttpRequest) -> HttpResponse:
         {"hit": hit, "snippet": highlighted(hit.snippet)}
         for hit in conversations_search(request.user, query)
     ]
-    return render(request, "chat/search.html", {"query": query, "hits": hits})
+    return render(
+        request,
+        "chat/search.html",
+        {"query": query, "hits": hits, "word_forms": search_finds_word_forms()},
+    )
 
 
 @never_cache

@@ -261,6 +261,12 @@ MARK_START, MARK_END = "\x02", "\x03"
 SEARCH_LIMIT = 50
 
 
+def search_finds_word_forms() -> bool:
+    """Whether search is PostgreSQL's full-text search (word forms, ranking, "phrases" and
+    -word), rather than the substring search other databases get: the page says which."""
+    return connection.vendor == "postgresql"
+
+
 def conversations_search(owner, query: str) -> list[SearchHit]:
     """The owner's conversations whose title or messages match, best first: PostgreSQL
     full-text search (English stemming, web-search syntax), or a plain substring search on
@@ -270,7 +276,7 @@ def conversations_search(owner, query: str) -> list[SearchHit]:
         return []
     # What the person sees: a message on a branch that is not shown would open elsewhere.
     messages = Message.objects.filter(conversation__owner=owner, hidden_with__isnull=True)
-    if connection.vendor == "postgresql":
+    if search_finds_word_forms():
         found = full_text_hits(messages, query)
     else:
         found = substring_hits(messages, query)

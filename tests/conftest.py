@@ -1,11 +1,15 @@
 from __future__ import annotations
 
+import contextlib
 import shutil
 from pathlib import Path
 
 import pytest
+import redis
+from django.conf import settings
 from django.db import connection
 
+from continuity.live.events import publisher_flush
 from tests.factories import ConversationFactory, UserFactory
 from tests.processes import ARTIFACTS, WatchdogProcess, WebProcess, WorkerProcess
 
@@ -25,6 +29,27 @@ def pytest_ignore_collect(collection_path, config):
     return None
 
 
+# Tests that start processes (workers, the watchdog, daphne) share the test database with them,
+# and the fault tests prove the promise on the production database: both run on PostgreSQL only.
+PROCESS_FIXTURES = {"processes", "worker", "watchdog", "web"}
+STARTS_PROCESSES = "starts processes that share the test database (SQLite's lives in memory)"
+FAULT = "a fault test: the promise is proven on the production database"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Marks what runs on PostgreSQL only, with the reason; the SQLite lane (`make test`)
+    leaves those out with `-m "not postgresql"`."""
+    for item in items:
+        if item.get_closest_marker("fault"):
+            item.add_marker(pytest.mark.postgresql(FAULT))
+        elif PROCESS_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.postgresql(STARTS_PROCESSES))
+        marker = item.get_closest_marker("postgresql")
+        if marker and not (marker.args or marker.kwargs.get("reason")):
+            raise pytest.UsageError(f"{item.nodeid}: say why it needs PostgreSQL")
+
+
 def pytest_report_header(config):
     if not browser_run(config):
         return "browser tests left out: they run in their own process, `pytest tests/browser`"
@@ -40,6 +65,8 @@ def pytest_sessionstart(session):
 def drop_leftover_connections(django_db_setup, django_db_blocker):
     """Sessions left by killed workers and finished threads would block dropping the test DB."""
     yield
+    if connection.vendor != "postgresql":
+        return
     with django_db_blocker.unblock():
         connection.close()  # outage tests may have cut it (restarts, terminated sessions)
     with django_db_blocker.unblock(), connection.cursor() as cursor:
@@ -47,6 +74,17 @@ def drop_leftover_connections(django_db_setup, django_db_blocker):
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
             "WHERE datname = current_database() AND pid <> pg_backend_pid()"
         )
+
+
+@pytest.fixture(autouse=True)
+def redis_emptied_after():
+    """Each test leaves the session's Redis empty, its live events sent first. Keys and channel
+    groups there are named after row ids (drain markers, a conversation's or a user's group),
+    and ids come back: SQLite gives the ids of a test's rolled-back rows out again."""
+    yield
+    publisher_flush()
+    with contextlib.suppress(redis.RedisError):  # a fault test may have left it stopped
+        redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2).flushdb()
 
 
 @pytest.fixture

@@ -1,6 +1,7 @@
 """Settings for the test suite and for the worker, watchdog and web processes it starts."""
 
 import os
+import tempfile
 
 from tests.redis_server import session_redis_url
 
@@ -14,3 +15,10 @@ from continuity.settings import *  # noqa: E402, F403
 CONTINUITY_FAULT_INJECTION = True
 CONTINUITY_BRAINS = {**CONTINUITY_BRAINS, "faulty": "tests.brains.FaultyBrain"}  # noqa: F405
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":  # noqa: F405
+    # A file in WAL mode, as `make run` has it, rather than Django's shared in-memory database,
+    # whose table locks fail a read at once while another connection writes.
+    DATABASES["default"]["TEST"] = {  # noqa: F405
+        "NAME": os.path.join(tempfile.gettempdir(), f"continuity-test-{os.getpid()}.sqlite3")
+    }

@@ -14,7 +14,7 @@ from django.test import Client
 from continuity.asgi import application
 from continuity.delivery.attempts import attempt_begin
 from continuity.delivery.inbox import message_accept
-from continuity.live.events import publish_message_changed, publish_reply_chunk
+from continuity.live.events import publish_message_changed, publish_reply_chunk, publisher_flush
 from continuity.models import ReplyChunk
 from tests.factories import ConversationFactory, UserFactory
 from tests.postgres import another_session
@@ -54,6 +54,8 @@ def owned():
     owner = UserFactory()
     conversation = ConversationFactory(owner=owner)
     message = message_accept(conversation=conversation, text="Hello socket", client_id=uuid.uuid4())
+    # Its live event goes out now, to no socket: not later, to a socket the test opens.
+    publisher_flush()
     return owner, conversation, message
 
 
@@ -154,6 +156,7 @@ def test_published_events_reach_the_socket(owned):
     assert exchange["type"] == "exchanges" and f"exchange-{message.pk}" in exchange["html"]
 
 
+@pytest.mark.postgresql("locks the messages table from another session, which SQLite does not have")
 def test_changes_made_while_a_rendering_waits_are_rendered_together(owned):
     """The messages table is locked while the socket renders the first message: what reaches the
     socket meanwhile waits for that rendering (its chunk) or for one rendering of its own."""

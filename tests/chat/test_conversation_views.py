@@ -6,6 +6,7 @@ import json
 import uuid
 
 import pytest
+from django.db import connection
 from django.test import Client
 from django.urls import reverse
 
@@ -120,6 +121,7 @@ def test_delete_asks_first_then_removes_everything(chat):
     assert client.get(reverse("chat:conversation", args=[chat.pk])).status_code == 404
 
 
+@pytest.mark.postgresql("full-text search finds other forms of a word; SQLite's finds the text")
 def test_search_finds_words_in_any_form_in_ones_own_conversations_only(chat):
     other = ConversationFactory(title="Someone else")
     message_accept(conversation=other, text="I ship compilers too", client_id=uuid.uuid4())
@@ -136,6 +138,24 @@ def test_search_finds_words_in_any_form_in_ones_own_conversations_only(chat):
         in client.get(reverse("chat:search"), {"q": "zebra"}).content.decode()
     )
     assert client.get(reverse("chat:search")).status_code == 200
+
+
+def test_search_finds_ones_own_conversations_and_says_truly_how_it_matches(chat):
+    """On both databases: PostgreSQL's full-text search, SQLite's search for the text as
+    typed. The hint under the box describes the one that answers."""
+    other = ConversationFactory(title="Someone else")
+    message_accept(conversation=other, text="We ship compilers", client_id=uuid.uuid4())
+    client = client_for("owner", chat)
+
+    html = client.get(reverse("chat:search"), {"q": "SHIP the"}).content.decode()
+
+    assert f'data-hit="{chat.pk}"' in html and f'data-hit="{other.pk}"' not in html
+    assert "1 conversation found" in html
+    word_forms = connection.vendor == "postgresql"
+    assert ('data-search-hint="word-forms"' in html) is word_forms
+    assert ('data-search-hint="as-typed"' in html) is not word_forms
+    shipping = client.get(reverse("chat:search"), {"q": "shipping"}).content.decode()
+    assert (f'data-hit="{chat.pk}"' in shipping) is word_forms
 
 
 def test_search_escapes_what_it_shows(chat):

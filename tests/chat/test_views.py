@@ -226,6 +226,7 @@ def test_an_edited_resend_of_a_new_conversation_gets_409_and_keeps_the_text(owne
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.postgresql("concurrent transactions: SQLite lets one writer at a time in")
 def test_concurrent_posts_of_one_client_id_store_one_message(user, conversation):
     """Every post passes the "already stored?" check before any of them commits: the database
     constraint and the IntegrityError handler must turn them into one message."""

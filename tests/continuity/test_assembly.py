@@ -147,6 +147,7 @@ def test_token_counting_goes_through_the_configured_estimator(conversation, sett
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.postgresql("concurrent transactions: SQLite lets one writer at a time in")
 def test_concurrent_turns_of_one_person_store_one_current_version_of_a_fact():
     """Several workers answering one person's conversations at once all write the "note"
     fact: every write succeeds, and exactly one version stays current."""

@@ -9,6 +9,7 @@ from datetime import timedelta
 
 import pytest
 from django.db import transaction
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from continuity.context.assembly import TURNS_SELECT
@@ -206,8 +207,6 @@ def test_after_a_poison_message_the_next_ones_first_failure_waits_the_first_step
 @pytest.mark.parametrize("skew_seconds", [-30, 30])
 def test_backoff_and_crash_times_use_the_database_clock(conversation, monkeypatch, skew_seconds):
     """A worker whose clock is off by half a minute still backs off 5 s on the database's."""
-    from django.db import connection
-
     message = send(conversation)
     run = begin(conversation)
     skewed = timezone.now() + timedelta(seconds=skew_seconds)
@@ -215,9 +214,7 @@ def test_backoff_and_crash_times_use_the_database_clock(conversation, monkeypatc
     crash(run)
     drain_send(conversation_id=conversation.pk)
     monkeypatch.undo()
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT statement_timestamp()")
-        (db_now,) = cursor.fetchone()
+    db_now = Conversation.objects.annotate(now=Now()).values_list("now", flat=True).first()
     conversation.refresh_from_db()
     run.refresh_from_db()
     crash_record = CrashRecord.objects.get(message=message)
@@ -255,6 +252,7 @@ def test_a_database_outage_gives_the_attempt_back_with_a_backoff(conversation):
     assert retry_wait(conversation) == pytest.approx(timedelta(seconds=5), abs=timedelta(seconds=2))
 
 
+@pytest.mark.postgresql("reads PostgreSQL's query plans")
 def test_every_hot_path_statement_finds_a_conversations_rows_through_an_index(
     conversation, settings
 ):
@@ -328,6 +326,7 @@ def test_every_hot_path_statement_finds_a_conversations_rows_through_an_index(
     assert "Index Scan Backward using message_answered_question" in shown, shown
 
 
+@pytest.mark.postgresql("reads PostgreSQL's query plans")
 def test_before_any_statistics_runs_and_messages_are_still_read_through_their_own_indexes(
     conversation, settings
 ):

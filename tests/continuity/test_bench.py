@@ -95,6 +95,7 @@ def test_a_statement_with_a_subquery_is_named_by_its_own_table():
     assert statement_kind(sql) == "INSERT continuity_replychunk"
 
 
+@pytest.mark.postgresql("make bench measures the production database, PostgreSQL")
 def test_the_smoke_run_reports_every_section_with_numbers(tmp_path):
     output = tmp_path / "benchmarks.md"
     env = command_env()

@@ -128,6 +128,7 @@ def row_size(run_context: RunContext) -> int:
         return cursor.fetchone()[0]
 
 
+@pytest.mark.postgresql("measures the stored row with pg_column_size")
 def test_the_stored_context_is_the_same_size_at_turn_10_and_turn_2000(conversation, settings):
     settings.CONTINUITY_HISTORY_TURNS = 3
     settings.CONTINUITY_CONTEXT_TOKENS = 100  # every turn is past the threshold: always compact

@@ -12,6 +12,8 @@ from continuity.database import base
 from tests.postgres import another_session, protocol_of
 from tests.waiting import wait_for
 
+pytestmark = pytest.mark.postgresql("Continuity's own backend for PostgreSQL")
+
 
 def backend_pid() -> int:
     (pid,) = sql.row("SELECT pg_backend_pid()")

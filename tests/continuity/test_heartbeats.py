@@ -83,6 +83,7 @@ def test_staleness_needs_an_old_row_and_no_redis_key(run):
         assert stale_run_ids(runs) == []
 
 
+@pytest.mark.postgresql("makes the PostgreSQL server go away")
 def test_the_redis_key_is_refreshed_while_the_database_is_away(run):
     from continuity.delivery.heartbeats import redis_client
     from tests.outages import database_refuses_connections
@@ -160,6 +161,7 @@ def test_attempt_begin_asks_redis_before_it_locks_the_conversation(run, monkeypa
         silent.close()
 
 
+@pytest.mark.postgresql("holds a row lock from another session, which SQLite does not have")
 def test_a_drain_that_waited_for_the_lock_sees_the_lease_taken_meanwhile(conversation):
     import threading
 

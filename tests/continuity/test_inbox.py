@@ -67,6 +67,7 @@ def test_text_over_the_limit_is_refused_with_its_length(conversation, settings):
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.postgresql("holds a row lock from another session, which SQLite does not have")
 def test_a_message_accepted_during_another_ones_transaction_is_numbered_after_it(conversation):
     """Ids follow commit order: while one accept's transaction is open, a second accept in the
     same conversation waits, so it cannot take a later id and commit first."""

@@ -240,6 +240,7 @@ def test_a_validation_error_dead_letters_at_once(conversation, monkeypatch):
     assert "ValidationError" in message.dead_letter.reason
 
 
+@pytest.mark.postgresql("PostgreSQL's server ends the attempt's session")
 def test_losing_the_database_mid_reply_gives_the_attempt_back(conversation, monkeypatch):
     """The attempt's own server process ends mid-reply, as a restart or failover ends it: the
     attempt is interrupted (not failed), so the outage uses up none of the message's attempts."""
@@ -280,6 +281,7 @@ def test_a_reply_deleted_by_staff_does_not_break_the_next_answers(conversation):
     assert reply_of(question) == "Your name is **Ada**."
 
 
+@pytest.mark.postgresql("reads which rows PostgreSQL locks, in order")
 def test_memory_rows_are_locked_in_key_order_whatever_order_the_brain_gives(conversation):
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
@@ -373,6 +375,7 @@ def test_a_slow_start_is_not_taken_for_dead_before_its_heartbeat_runs(
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.postgresql("counts the hot path's round trips to PostgreSQL")
 def test_within_a_turn_the_next_attempt_begins_in_the_transaction_that_stores_the_reply(
     conversation, settings
 ):

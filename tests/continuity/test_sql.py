@@ -28,6 +28,7 @@ def retitle(conversation_id: int, title: str) -> sql.Statement:
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.postgresql("reads libpq's protocol trace of psycopg's pipeline")
 def test_a_batch_that_ends_a_transaction_commits_it_in_the_same_round_trip(conversation):
     with CaptureQueriesContext(connection) as log, transaction.atomic():
         sql.batch(retitle(conversation.pk, "first"), retitle(conversation.pk, "then"), commit=True)
@@ -39,6 +40,7 @@ def test_a_batch_that_ends_a_transaction_commits_it_in_the_same_round_trip(conve
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.postgresql("reads libpq's protocol trace of psycopg's pipeline")
 def test_a_batch_that_begins_a_transaction_sends_its_begin_with_its_statements(conversation):
     def begin_and_commit() -> None:
         with transaction.atomic():
@@ -59,6 +61,7 @@ def test_a_batch_that_begins_a_transaction_sends_its_begin_with_its_statements(c
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.postgresql("reads libpq's protocol trace of psycopg's pipeline")
 def test_a_batch_outside_a_transaction_sends_no_begin(conversation):
     protocol = protocol_of(
         lambda: sql.batch(retitle(conversation.pk, "one"), retitle(conversation.pk, "two"))
@@ -68,6 +71,7 @@ def test_a_batch_outside_a_transaction_sends_no_begin(conversation):
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.postgresql("reads libpq's protocol trace of psycopg's pipeline")
 def test_a_batch_in_a_nested_block_rolls_back_with_that_block_alone(conversation):
     with transaction.atomic():
         sql.batch(retitle(conversation.pk, "outer"))
@@ -90,6 +94,7 @@ def test_the_psycopg_internals_that_a_batch_replaces_are_there():
 
 @pytest.mark.timeout(60)  # a send that blocks waits for the server forever
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.postgresql("reads libpq's protocol trace of psycopg's pipeline")
 def test_values_larger_than_the_sockets_buffers_go_through_a_batch_both_ways(conversation):
     # Nothing is read until every statement was sent, and the server stops reading while its
     # results wait to be read: sending must never block.
@@ -103,6 +108,7 @@ def test_values_larger_than_the_sockets_buffers_go_through_a_batch_both_ways(con
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.postgresql("reads libpq's protocol trace of psycopg's pipeline")
 def test_a_failed_batch_commits_nothing(conversation):
     breaks = "UPDATE continuity_conversation SET id = NULL WHERE id = %s RETURNING id"
     with pytest.raises(IntegrityError), transaction.atomic():
@@ -124,6 +130,7 @@ def synchronous_commit_now() -> str:
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.postgresql("reads libpq's protocol trace of psycopg's pipeline")
 def test_an_unflushed_commit_concerns_its_own_transaction_only():
     with transaction.atomic():
         sql.batch(*sql.unflushed_commit(), ("SELECT 1", []))
@@ -131,6 +138,7 @@ def test_an_unflushed_commit_concerns_its_own_transaction_only():
     assert synchronous_commit_now() == "on"
 
 
+@pytest.mark.postgresql("reads libpq's protocol trace of psycopg's pipeline")
 def test_inside_an_outer_transaction_no_commit_is_unflushed(db):
     # The test's own transaction is the outer one here: it must keep waiting for the disk.
     with transaction.atomic():
