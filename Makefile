@@ -2,19 +2,21 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+# `make run` installs what the app needs; the test and tool targets add the dev extras.
+RUNTIME := $(VENV)/.installed-runtime
+DEV := $(VENV)/.installed-dev
 
 .PHONY: run test bench lint format install clean
 
 # `make run PORT=8001` serves on 8001; `serve` also reads PORT from the environment.
-run: $(STAMP)
+run: $(RUNTIME)
 	DEBUG=$${DEBUG:-1} $(BIN)/python manage.py serve $(if $(PORT),--port $(PORT))
 
 AXE := tests/browser/node_modules/axe-core/axe.min.js
 
 # Three pytest processes: the suite on PostgreSQL; again on SQLite (`make run`'s database), all
 # but what is marked PostgreSQL-only; the browser tests (see README "Two commands").
-test: $(STAMP) $(AXE)
+test: $(DEV) $(AXE)
 	scripts/ensure-test-services
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -24,26 +26,30 @@ test: $(STAMP) $(AXE)
 
 # Measures the engine and writes docs/benchmarks.md (README "Benchmarks"); not part of `make test`,
 # which makes only a smoke run of it. `make bench BENCH_ARGS="--only latency"` runs one section.
-bench: $(STAMP)
+bench: $(DEV)
 	scripts/ensure-test-services
 	DATABASE_URL=$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/continuity} \
 		$(BIN)/python manage.py bench $(BENCH_ARGS)
 
-lint: $(STAMP)
+lint: $(DEV)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-format: $(STAMP)
+format: $(DEV)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-install: $(STAMP)
+install: $(DEV)
 
-$(STAMP): pyproject.toml
+$(RUNTIME): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e .
+	touch $(RUNTIME)
+
+$(DEV): $(RUNTIME)
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	touch $(STAMP)
+	touch $(DEV)
 
 # axe-core, the accessibility checker the browser tests run on each page, from the npm registry.
 $(AXE): tests/browser/package.json tests/browser/package-lock.json

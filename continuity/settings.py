@@ -289,6 +289,8 @@ CELERY_BROKER_URL = REDIS_URL
 # (rediss:// and its TLS, sentinel://) keeps the one kombu picks for it.
 if CELERY_BROKER_URL.startswith("redis://"):
     CELERY_BROKER_TRANSPORT = "continuity-redis"
+# The broker's queue: `manage.py serve` names one of its own when it shares the machine's Redis.
+CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CONTINUITY_QUEUE", "celery")
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1

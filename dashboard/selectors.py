@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import redis
+from django.conf import settings
 from django.db import connection
 from django.db.models import (
     Aggregate,
@@ -37,8 +38,6 @@ from continuity.models import (
     Run,
     Worker,
 )
-
-BROKER_QUEUE = "celery"
 
 
 def workers_live() -> Q:
@@ -100,7 +99,7 @@ def oldest_age(*, among: Q | None = None) -> ExpressionWrapper:
 
 def broker_queue_length() -> int | None:
     try:
-        return int(redis_client().llen(BROKER_QUEUE))
+        return int(redis_client().llen(settings.CELERY_TASK_DEFAULT_QUEUE))
     except redis.RedisError:
         return None
 

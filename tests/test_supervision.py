@@ -160,6 +160,21 @@ def test_a_killed_worker_is_restarted_while_the_web_server_keeps_answering(serve
     assert "exited: worker1 (terminated by SIGKILL; not expected)" in server.log()
 
 
+def test_serve_says_where_once_the_web_server_listens_and_supervisord_does_not_warn(serve):
+    server = serve()
+    address = f"Continuity on http://127.0.0.1:{server.port}/"
+    log = wait_for(lambda: address in server.log() and server.log(), timeout=10, what=address)
+
+    assert log.index(f"Listening on TCP address 127.0.0.1:{server.port}") < log.index(address)
+    assert log.count(address) == 1
+    assert " CRIT " not in log, log[-3000:]
+    status = subprocess.run(
+        [SUPERVISORCTL, "-c", str(server.config), "status", "web"],
+        capture_output=True, text=True, timeout=10,
+    )  # fmt: skip
+    assert "RUNNING" in status.stdout, status.stdout + status.stderr
+
+
 def test_stopping_supervisord_stops_every_program(serve):
     server = serve()
     wait_for(lambda: server.program_pid("worker1"), timeout=30, what="worker1 to be running")
