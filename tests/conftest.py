@@ -29,10 +29,10 @@ def pytest_ignore_collect(collection_path, config):
     return None
 
 
-# Tests that start processes (workers, the watchdog, daphne) share the test database with them,
-# and the fault tests prove the promise on the production database: both run on PostgreSQL only.
+# Tests that start processes (workers, the watchdog, daphne) prove how the product runs in
+# production, and so do the fault tests: both run on PostgreSQL only.
 PROCESS_FIXTURES = {"processes", "worker", "watchdog", "web"}
-STARTS_PROCESSES = "starts processes that share the test database (SQLite's lives in memory)"
+STARTS_PROCESSES = "starts workers, the watchdog or daphne, which the suite runs on PostgreSQL"
 FAULT = "a fault test: the promise is proven on the production database"
 
 

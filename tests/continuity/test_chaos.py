@@ -93,7 +93,7 @@ def test_messages_of_a_paused_conversation_are_held_not_lost(conversation):
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.postgresql("starts processes that share the test database (SQLite's lives in memory)")
+@pytest.mark.postgresql("starts workers, which the suite runs on PostgreSQL")
 def test_a_chaos_run_sends_its_drains_to_its_own_redis():
     """Its workers listen on the run's private Redis: drains sent anywhere else would wait for
     the watchdog's re-send, which the markers claimed in the private Redis hold off until they
