@@ -1,6 +1,6 @@
 """GET /metrics: Prometheus series about messages, attempts, dead letters and workers.
 
-Every value is read from PostgreSQL at scrape time, never kept in process memory, so all web
+Every value is read from the database at scrape time, never kept in process memory, so all web
 processes report the same numbers and they match what the database holds.
 """
 

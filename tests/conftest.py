@@ -114,8 +114,9 @@ def owner_client(client, user):
 
 
 @pytest.fixture
-def processes():
-    """Start real processes with `processes.add(...)`; all are ended after the test.
+def processes(transactional_db):
+    """Start real processes with `processes.add(...)`; all are ended after the test. They read
+    what the test commits, so the test's database is transactional.
 
     Killed, not stopped: a test about shutdowns makes its own (`process.stop()`), and a worker's
     warm shutdown takes seconds that no test here would check. `stop_after=True` for a process
@@ -137,15 +138,15 @@ def processes():
 
 
 @pytest.fixture
-def worker(transactional_db, processes):
+def worker(processes):
     return processes.add(WorkerProcess())
 
 
 @pytest.fixture
-def watchdog(transactional_db, processes):
+def watchdog(processes):
     return processes.add(WatchdogProcess())
 
 
 @pytest.fixture
-def web(transactional_db, processes):
+def web(processes):
     return processes.add(WebProcess())

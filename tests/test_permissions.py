@@ -11,7 +11,7 @@ from continuity.models import Message
 from tests.chat.test_consumers import connects, session_headers
 from tests.factories import ConversationFactory, UserFactory
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture

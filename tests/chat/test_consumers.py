@@ -20,7 +20,7 @@ from tests.factories import ConversationFactory, UserFactory
 from tests.postgres import another_session
 from tests.waiting import lock_waiters, wait_for
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db(transaction=True)  # the consumer reads in threads of its own
 
 
 def session_headers(user, origin: str = "http://localhost") -> list[tuple[bytes, bytes]]:

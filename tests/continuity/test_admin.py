@@ -30,7 +30,7 @@ from continuity.models import (
 )
 from tests.factories import ConversationFactory, MessageFactory, UserFactory
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
 
 HISTORY = [Run, Checkpoint, ReplyChunk, CrashRecord, RunContext, Recovery, StaffAction]
 

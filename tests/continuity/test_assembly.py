@@ -17,7 +17,7 @@ from continuity.errors import AttemptStopped
 from continuity.models import Handoff, MemoryFact, Message, Run, RunContext, Summary
 from tests.factories import UserFactory
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
 
 ORDER = [
     "# Identity and rules",

@@ -18,7 +18,7 @@ from tests.factories import UserFactory
 from tests.processes import WorkerProcess
 from tests.waiting import wait_for
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
 
 BUDGET = {"CONTINUITY_HISTORY_TURNS": 3, "CONTINUITY_CONTEXT_TOKENS": 1000}
 TURN_1 = "Remember that the spare key is under the blue flower pot."

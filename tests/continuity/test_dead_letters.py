@@ -19,7 +19,7 @@ from continuity.errors import InvalidMessage, InvalidTransition
 from continuity.models import Alert, DeadLetter, Message, RunContext, StaffAction
 from tests.factories import ConversationFactory, UserFactory
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
 
 
 def send(conversation, text: str) -> Message:

@@ -17,7 +17,7 @@ from continuity.errors import AttemptStopped
 from continuity.models import Checkpoint, Message, ReplyChunk, Run
 from tests.waiting import lock_waiters, wait_for
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db(transaction=True)  # its heartbeat thread reads commits
 
 
 @pytest.fixture

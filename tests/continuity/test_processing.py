@@ -15,7 +15,7 @@ from continuity.delivery.inbox import message_accept
 from continuity.delivery.processing import drain_conversation
 from continuity.models import Checkpoint, Conversation, Message, ReplyChunk, Run
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
 
 
 def send(conversation, text: str) -> Message:
@@ -77,6 +77,7 @@ def test_a_drain_answers_its_conversations_queue_in_order_without_a_task_each(
     assert drains == []
 
 
+@pytest.mark.django_db(transaction=True)  # the drain's commits send what follows
 def test_once_its_turn_is_over_a_drain_sends_the_next_message_to_the_back_of_the_queue(
     conversation, settings, monkeypatch
 ):
@@ -92,6 +93,7 @@ def test_once_its_turn_is_over_a_drain_sends_the_next_message_to_the_back_of_the
     assert drains == [{"conversation_id": conversation.pk}] * 2
 
 
+@pytest.mark.django_db(transaction=True)  # the drain's commits send what follows
 def test_a_drain_whose_turn_ran_out_in_the_title_sends_the_next_message_to_the_queue(
     conversation, settings, monkeypatch
 ):
@@ -108,6 +110,7 @@ def test_a_drain_whose_turn_ran_out_in_the_title_sends_the_next_message_to_the_q
 
 
 @pytest.mark.parametrize("earlier_exchange", [False, True])
+@pytest.mark.django_db(transaction=True)  # the drain's commits send what follows
 def test_a_drain_of_a_worker_that_began_a_planned_shutdown_begins_no_further_message(
     conversation, settings, monkeypatch, earlier_exchange
 ):
@@ -146,6 +149,7 @@ def test_a_drain_of_a_worker_that_began_a_planned_shutdown_begins_no_further_mes
     assert Message.objects.filter(role="assistant", reply_to__in=sent).count() == 3
 
 
+@pytest.mark.django_db(transaction=True)  # the drain's commits send what follows
 def test_a_drain_that_starts_once_its_worker_began_a_planned_shutdown_passes_the_turn_on(
     conversation, monkeypatch
 ):
@@ -228,6 +232,7 @@ def test_a_brain_that_cannot_load_leaves_the_message_untouched(conversation, set
     assert (message.state, message.attempts, Run.objects.count()) == ("queued", 0, 0)
 
 
+@pytest.mark.django_db(transaction=True)  # the drain's commits send what follows
 def test_a_validation_error_dead_letters_at_once(conversation, monkeypatch):
     def refuse(self, context):
         raise ValidationError("This request is not valid.")
@@ -241,6 +246,7 @@ def test_a_validation_error_dead_letters_at_once(conversation, monkeypatch):
 
 
 @pytest.mark.postgresql("PostgreSQL's server ends the attempt's session")
+@pytest.mark.django_db(transaction=True)  # its connection is ended mid-transaction
 def test_losing_the_database_mid_reply_gives_the_attempt_back(conversation, monkeypatch):
     """The attempt's own server process ends mid-reply, as a restart or failover ends it: the
     attempt is interrupted (not failed), so the outage uses up none of the message's attempts."""
@@ -305,6 +311,7 @@ def test_memory_rows_are_locked_in_key_order_whatever_order_the_brain_gives(conv
     assert keys == ["goal", "likes", "name"]
 
 
+@pytest.mark.django_db(transaction=True)  # the drain's commits send what follows
 def test_a_conversation_is_answered_by_the_brain_its_owner_picked(conversation):
     Conversation.objects.filter(pk=conversation.pk).update(brain="faulty")
     message = send(conversation, "[[invalid]] hello")  # only the faulty brain refuses this

@@ -16,7 +16,7 @@ from continuity.delivery.processing import drain_conversation
 from continuity.models import Conversation, Handoff, Message, Recovery, RunContext, Summary
 from tests.factories import ConversationFactory, UserFactory
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
 
 
 def send(conversation, text: str) -> Message:

@@ -12,7 +12,7 @@ from continuity.delivery.inbox import message_accept
 from continuity.delivery.processing import drain_conversation
 from continuity.models import Checkpoint, Message, ReplyChunk
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
 
 
 def answered(conversation) -> Message:

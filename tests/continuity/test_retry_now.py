@@ -14,7 +14,7 @@ from continuity.models import Conversation, Run
 from continuity.selectors import retry_wait_of
 from tests.factories import ConversationFactory, MessageFactory, UserFactory
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
 HTMX = {"HX-Request": "true"}
 
 
@@ -41,6 +41,7 @@ def test_the_wait_is_shown_in_seconds(backing_off):
     assert 58 <= retry_wait_of(backing_off) <= 60
 
 
+@pytest.mark.django_db(transaction=True)  # what it sends goes on commit
 def test_retry_now_ends_the_backoff_and_enqueues(backing_off):
     before = timezone.now()
     conversation_retry_now(conversation=backing_off)

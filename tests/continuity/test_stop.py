@@ -12,13 +12,14 @@ from continuity.delivery.processing import chunk_store
 from continuity.errors import AttemptStopped, InvalidTransition
 from continuity.models import Message, Run
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
 
 
 def send(conversation, text: str) -> Message:
     return message_accept(conversation=conversation, text=text, client_id=uuid.uuid4())
 
 
+@pytest.mark.django_db(transaction=True)  # what it sends goes on commit
 def test_a_stopped_reply_keeps_what_was_written_and_the_next_message_goes_on(
     conversation, monkeypatch
 ):
