@@ -278,6 +278,7 @@ class CrashRecord(models.Model):
         WATCHDOG = "watchdog", "Watchdog"
         DRAIN = "drain", "Next drain of the conversation"
         WORKER_START = "worker_start", "Worker start-up scan"
+        POOL = "pool", "Its worker, when the pool process died"
 
     conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="crashes")
     message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="crashes")

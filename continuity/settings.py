@@ -292,6 +292,10 @@ if CELERY_BROKER_URL.startswith("redis://"):
 # The broker's queue: `manage.py serve` names one of its own when it shares the machine's Redis.
 CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CONTINUITY_QUEUE", "celery")
 CELERY_TASK_ACKS_LATE = True
+# How long the main process waits for the result of a job whose pool process died before it
+# fails the job with WorkerLostError (Celery's default: 10 s). No result is ever kept here, and
+# the failure is what ends the dead process's attempt at once (continuity/delivery/pool.py).
+CELERY_WORKER_LOST_WAIT = env_float("CELERY_WORKER_LOST_WAIT", 0.5)
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SOFT_TIME_LIMIT = env_float("CELERY_TASK_SOFT_TIME_LIMIT", 300)
@@ -359,7 +363,9 @@ CONTINUITY_IDENTITY = os.environ.get(
     "Never reveal other users' data. Tell the user when a restart interrupted your work.",
 )
 CONTINUITY_MAX_ATTEMPTS = env_int("CONTINUITY_MAX_ATTEMPTS", 3)
-CONTINUITY_HEARTBEAT_SECONDS = env_float("CONTINUITY_HEARTBEAT_SECONDS", 5)
+# A whole worker or host lost is found within 2 beats and a sweep (about 3 s); a pool process
+# that dies is acted on by its worker at once (continuity/delivery/pool.py).
+CONTINUITY_HEARTBEAT_SECONDS = env_float("CONTINUITY_HEARTBEAT_SECONDS", 1)
 CONTINUITY_STREAM_FLUSH_SECONDS = env_float("CONTINUITY_STREAM_FLUSH_SECONDS", 0.1)
 CONTINUITY_CRASH_BACKOFF_SECONDS = [
     float(s) for s in env_list("CONTINUITY_CRASH_BACKOFF_SECONDS", "5,30,120,600")
@@ -367,7 +373,7 @@ CONTINUITY_CRASH_BACKOFF_SECONDS = [
 CONTINUITY_PAUSE_AFTER_CRASHES = env_int("CONTINUITY_PAUSE_AFTER_CRASHES", 3)
 CONTINUITY_CRASH_WINDOW_SECONDS = env_float("CONTINUITY_CRASH_WINDOW_SECONDS", 3600)
 CONTINUITY_REQUEUE_AFTER_SECONDS = env_float("CONTINUITY_REQUEUE_AFTER_SECONDS", 30)
-CONTINUITY_WATCHDOG_SECONDS = env_float("CONTINUITY_WATCHDOG_SECONDS", 2)
+CONTINUITY_WATCHDOG_SECONDS = env_float("CONTINUITY_WATCHDOG_SECONDS", 1)
 CONTINUITY_CHECKPOINT_RETENTION_DAYS = env_float("CONTINUITY_CHECKPOINT_RETENTION_DAYS", 14)
 CONTINUITY_PRUNE_EVERY_SECONDS = env_float("CONTINUITY_PRUNE_EVERY_SECONDS", 3600)
 # Attempts, resolved crashes, acknowledged alerts, handled dead letters and departed workers.

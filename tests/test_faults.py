@@ -119,6 +119,29 @@ def test_sigkill_of_the_worker_child_mid_reply(processes):
     assert_promise_kept([message])
 
 
+def test_a_killed_pool_process_has_its_attempt_ended_by_its_worker_at_once(processes):
+    """The worker's main process learns of the death from billiard and ends the attempt: no
+    waiting for a stale heartbeat, which here would take far longer than the test."""
+    slow_heartbeats = {"CONTINUITY_HEARTBEAT_SECONDS": "600"}
+    worker = processes.add(WorkerProcess(**SLOW, **slow_heartbeats))
+    processes.add(WatchdogProcess(**slow_heartbeats))
+    (conversation,) = conversations(1)
+    message = send(conversation, LONG_REPLY)
+
+    run = wait_streaming(message)
+    os.kill(process_id(run), signal.SIGKILL)
+    wait_finished([message])
+
+    crash = CrashRecord.objects.get(run=run)
+    assert crash.detected_by == "pool" and "signal 9 (SIGKILL)" in crash.run.error
+    assert run_states(message) == ["crashed", "completed"]
+    # The crash's backoff (0.5 s with the suite's clocks) was waited out, not skipped.
+    retried = message.runs.order_by("id").last()
+    assert (retried.started_at - crash.detected_at).total_seconds() >= 0.5
+    assert "Pool process" in worker.log() and "1 attempt(s) ended" in worker.log()
+    assert_promise_kept([message])
+
+
 def test_sigkill_of_the_whole_worker_is_recovered_by_the_watchdog_not_the_broker(processes):
     first = processes.add(WorkerProcess(**SLOW))
     processes.add(WatchdogProcess())

@@ -34,13 +34,15 @@ def each_guarded(items: list[int], action, what: str) -> int:
     return done
 
 
-def runs_reap(*, run_ids: list[int], detected_by: str, only_if_stale: bool = True) -> int:
+def runs_reap(
+    *, run_ids: list[int], detected_by: str, only_if_stale: bool = True, error: str = CRASH_ERROR
+) -> int:
     return each_guarded(
         run_ids,
         lambda run_id: attempt_end(
             run_id=run_id,
             state=Run.State.CRASHED,
-            error=CRASH_ERROR,
+            error=error,
             detected_by=detected_by,
             only_if_stale=only_if_stale,
         ),

@@ -13,6 +13,8 @@ from . import processing
 @shared_task(
     bind=True,
     name="continuity.drain_conversation",
+    # Its failures in the worker's main process: a pool process's death is acted on there.
+    Request="continuity.delivery.pool:DrainRequest",
     autoretry_for=(OperationalError, InterfaceError),
     retry_backoff=1,
     retry_backoff_max=30,
