@@ -145,8 +145,21 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     DATABASES["default"].setdefault("OPTIONS", {}).update(
         {
             "connect_timeout": env_int("DATABASE_CONNECT_TIMEOUT", 5),
+            # A session left idle inside a transaction (its process frozen by SIGSTOP, swapped
+            # out, stuck on something else) is ended by the server, and its locks with it: no
+            # conversation stays locked for longer.
             "options": f"-c lock_timeout={env_int('DATABASE_LOCK_TIMEOUT_MS', 10_000)} "
-            f"-c statement_timeout={env_int('DATABASE_STATEMENT_TIMEOUT_MS', 60_000)}",
+            f"-c statement_timeout={env_int('DATABASE_STATEMENT_TIMEOUT_MS', 60_000)} "
+            "-c idle_in_transaction_session_timeout="
+            f"{env_int('DATABASE_IDLE_IN_TRANSACTION_TIMEOUT_MS', 15_000)}",
+            # A connection whose peer vanished (a black-holed network, a host gone without a
+            # reset) fails within seconds, as an outage, instead of waiting for the kernel's
+            # two hours: keepalives for a quiet connection, a send timeout for a busy one.
+            "keepalives": 1,
+            "keepalives_idle": env_int("DATABASE_KEEPALIVES_IDLE", 5),
+            "keepalives_interval": env_int("DATABASE_KEEPALIVES_INTERVAL", 2),
+            "keepalives_count": env_int("DATABASE_KEEPALIVES_COUNT", 3),
+            "tcp_user_timeout": env_int("DATABASE_TCP_USER_TIMEOUT_MS", 10_000),
             # Statements are prepared at their first run on a connection: parsed once, and
             # after five runs planned once where that plan is as good as one made for the
             # values (the engine's are written so that it is: `continuity.sql.cursor`). Only

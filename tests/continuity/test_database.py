@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import select
 
+import psycopg
 import pytest
 from django.db import close_old_connections, connection
 
@@ -75,3 +76,42 @@ def test_a_connection_left_in_the_middle_of_a_command_is_unusable():
         assert not connection.is_usable()
     finally:
         connection.close()
+
+
+@pytest.mark.django_db
+def test_connections_bound_a_frozen_session_and_a_vanished_peer():
+    """The server ends a session left idle in a transaction (a frozen worker holding a
+    conversation's lock); TCP keepalives and a send timeout end a connection whose peer
+    vanished without a reset, as an outage, instead of after the kernel's two hours."""
+    assert sql.row("SHOW idle_in_transaction_session_timeout") == ("15s",)
+    parameters = connection.connection.info.get_parameters()
+    wanted = {
+        "keepalives": "1",
+        "keepalives_idle": "5",
+        "keepalives_interval": "2",
+        "keepalives_count": "3",
+        "tcp_user_timeout": "10000",
+    }
+    assert {key: parameters.get(key) for key in wanted} == wanted
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_session_idle_in_a_transaction_loses_its_lock_and_ends(conversation):
+    """What the timeout does, shortened for the test: the conversation a frozen session
+    locked can be locked again, and the frozen session is gone."""
+    lock = "SELECT 1 FROM continuity_conversation WHERE id = %s FOR UPDATE NOWAIT"
+    frozen = another_session(autocommit=False)
+    frozen.execute("SET idle_in_transaction_session_timeout = 200")
+    frozen.execute(lock, [conversation.pk])
+
+    def lockable() -> bool:
+        with another_session(autocommit=False) as other:
+            try:
+                other.execute(lock, [conversation.pk])
+            except psycopg.errors.LockNotAvailable:
+                return False
+            return True
+
+    wait_for(lockable, timeout=10, what="the frozen session's lock to be released")
+    with pytest.raises(psycopg.errors.IdleInTransactionSessionTimeout):
+        frozen.execute("SELECT 1")
