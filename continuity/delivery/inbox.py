@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import logging
 import uuid
 
@@ -65,6 +67,16 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
 local received = tonumber(redis.call('GET', KEYS[2]) or '0')
 if tonumber(ARGV[1]) > received then redis.call('SET', KEYS[2], ARGV[1]) end
 """
+
+
+# Clear the conversation's marker if it still holds drain ARGV[1], found to be in no queue.
+ORPHAN_CLEAR = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+# How long a queue the watchdog reads to tell a waiting drain from an orphaned marker; past
+# that, drains are being received all the time, and the "received" mark finds orphans.
+QUEUE_READ_LIMIT = 1000
 
 
 def drain_marker_key(conversation_id: int) -> str:
@@ -170,21 +182,46 @@ def drains_waiting(conversation_ids: list[int]) -> set[int]:
 
     The queue is first in, first out: a marker older than a drain that a worker has already
     received belongs to a drain that will never arrive (popped by a worker that died before it
-    could note the receipt, or lost with it), so it does not count.
+    could note the receipt, or lost with it), so it does not count. In a quiet system no later
+    drain is received: there a marker whose drain is not in the queue is an orphan too, and is
+    cleared, so that the watchdog's send may take its place.
     """
     if not conversation_ids:
         return set()
     keys = [drain_marker_key(pk) for pk in conversation_ids]
     try:
         *markers, received = redis_client().mget([*keys, DRAIN_RECEIVED_KEY])
+        received_up_to = int(received or 0)
+        newer = {
+            pk: int(marker)
+            for pk, marker in zip(conversation_ids, markers, strict=True)
+            if marker is not None and int(marker) > received_up_to
+        }
+        queued = drains_queued() if newer else None
+        if queued is None:
+            return set(newer)
+        for pk in [pk for pk, sequence in newer.items() if sequence not in queued]:
+            redis_client().eval(ORPHAN_CLEAR, 1, drain_marker_key(pk), newer.pop(pk))
+        return set(newer)
     except redis.RedisError:
         return set()
-    received_up_to = int(received or 0)
-    return {
-        pk
-        for pk, marker in zip(conversation_ids, markers, strict=True)
-        if marker is not None and int(marker) > received_up_to
-    }
+
+
+def drains_queued() -> set[int] | None:
+    """The sequence numbers of the drains in the broker's queue; None past QUEUE_READ_LIMIT."""
+    client, queue = redis_client(), settings.CELERY_TASK_DEFAULT_QUEUE
+    if client.llen(queue) > QUEUE_READ_LIMIT:
+        return None
+    sequences = set()
+    try:
+        for raw in client.lrange(queue, 0, QUEUE_READ_LIMIT):
+            envelope = json.loads(raw)
+            if envelope["headers"].get("task") == DRAIN_TASK:
+                _, kwargs, _ = json.loads(base64.b64decode(envelope["body"]))
+                sequences.add(kwargs.get("sequence"))
+    except (ValueError, KeyError, TypeError):
+        return None  # a message of a form not known here: trust the markers
+    return sequences
 
 
 def message_accept(*, conversation: Conversation, text: str, client_id: uuid.UUID) -> Message:

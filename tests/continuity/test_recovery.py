@@ -219,34 +219,41 @@ def test_while_the_broker_is_down_nothing_is_sent_and_the_next_sweep_retries(
     assert watchdog_tick()["requeued"] == 1
 
 
-def test_a_conversation_whose_drain_still_waits_in_the_queue_is_not_sent_again(conversation):
-    from continuity.delivery.heartbeats import redis_client
-    from continuity.delivery.inbox import DRAIN_SEQUENCE_KEY, drain_marker_key
+def test_a_conversation_whose_drain_still_waits_in_the_queue_is_not_sent_again(
+    conversation, django_capture_on_commit_callbacks
+):
+    import redis
+    from django.conf import settings
 
-    send(conversation)
+    from continuity.delivery.heartbeats import redis_client
+    from continuity.delivery.inbox import drain_marker_key
+
+    with django_capture_on_commit_callbacks(execute=True):
+        send(conversation)  # its drain waits in the queue, behind a backlog
     age(Conversation, conversation.pk, enqueued_at=31)
-    redis_client().set(drain_marker_key(conversation.pk), redis_client().incr(DRAIN_SEQUENCE_KEY))
     for _ in range(3):  # sweeps during a backlog must not pile up drains
         assert watchdog_tick()["requeued"] == 0
     redis_client().delete(drain_marker_key(conversation.pk))  # Redis lost its queue and markers
+    redis.Redis.from_url(settings.REDIS_URL).delete(settings.CELERY_TASK_DEFAULT_QUEUE)
     assert due_conversation_ids() == [conversation.pk]
 
 
-def test_a_marker_older_than_a_received_drain_is_orphaned_and_sent_again(conversation):
+def test_a_marker_older_than_a_received_drain_is_orphaned_and_sent_again(
+    conversation, django_capture_on_commit_callbacks
+):
     """A worker that popped the drain and died before noting its receipt left the marker: the
     queue is first in, first out, so a later drain's receipt shows this one is gone."""
-    from continuity.delivery.heartbeats import redis_client
-    from continuity.delivery.inbox import (
-        DRAIN_SEQUENCE_KEY,
-        drain_marker_key,
-        drain_received,
-    )
+    import redis
+    from django.conf import settings
 
-    send(conversation)
+    from continuity.delivery.heartbeats import redis_client
+    from continuity.delivery.inbox import DRAIN_SEQUENCE_KEY, drain_received
+
+    with django_capture_on_commit_callbacks(execute=True):
+        send(conversation)
     age(Conversation, conversation.pk, enqueued_at=31)
-    orphan = redis_client().incr(DRAIN_SEQUENCE_KEY)
-    redis_client().set(drain_marker_key(conversation.pk), orphan)
-    assert due_conversation_ids() == []
+    assert due_conversation_ids() == []  # its drain waits in the queue
+    redis.Redis.from_url(settings.REDIS_URL).rpop(settings.CELERY_TASK_DEFAULT_QUEUE)
     later = redis_client().incr(DRAIN_SEQUENCE_KEY)  # another conversation's drain, sent after
     drain_received(conversation_id=conversation.pk + 10_000, sequence=later)
     assert due_conversation_ids() == [conversation.pk]
@@ -321,3 +328,44 @@ def test_the_watchdog_replaces_an_orphaned_marker_and_sends(
     assert broker.llen("celery") == 1  # really sent, not just counted
     assert int(redis_client().get(drain_marker_key(conversation.pk))) > later > orphan
     assert due_conversation_ids() == []
+
+
+def test_in_a_quiet_system_the_watchdog_replaces_a_marker_whose_drain_is_in_no_queue(
+    conversation, django_capture_on_commit_callbacks
+):
+    """A drain popped by a worker that died before noting its receipt, and no drain received
+    since: its marker is older than nothing. It is in no queue, so the watchdog sends anew."""
+    import redis
+    from django.conf import settings
+
+    from continuity.delivery.heartbeats import redis_client
+    from continuity.delivery.inbox import drain_marker_key
+
+    broker = redis.Redis.from_url(settings.REDIS_URL)
+    queue = settings.CELERY_TASK_DEFAULT_QUEUE
+    with django_capture_on_commit_callbacks(execute=True):
+        send(conversation)
+    orphan = int(redis_client().get(drain_marker_key(conversation.pk)))
+    assert broker.rpop(queue)  # popped by a worker that died at once
+    age(Conversation, conversation.pk, enqueued_at=31)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        assert watchdog_tick()["requeued"] == 1
+
+    assert broker.llen(queue) == 1
+    assert int(redis_client().get(drain_marker_key(conversation.pk))) > orphan
+
+
+def test_a_drain_still_in_the_queue_is_not_sent_twice(
+    conversation, django_capture_on_commit_callbacks
+):
+    import redis
+    from django.conf import settings
+
+    broker = redis.Redis.from_url(settings.REDIS_URL)
+    with django_capture_on_commit_callbacks(execute=True):
+        send(conversation)
+    age(Conversation, conversation.pk, enqueued_at=31)  # a long wait in a busy queue
+
+    assert watchdog_tick()["requeued"] == 0
+    assert broker.llen(settings.CELERY_TASK_DEFAULT_QUEUE) == 1
