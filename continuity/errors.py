@@ -5,6 +5,8 @@ from __future__ import annotations
 # How an attempt that lost the database ends its error text: delivery writes it, and the
 # restart banner (context) reads it to tell a database outage from a planned shutdown.
 DATABASE_LOST = "Database unavailable"
+# How an attempt given back because its brain's model server could not answer ends its error.
+MODEL_UNAVAILABLE = "Model server unavailable"
 
 
 class InvalidMessage(ValueError):
@@ -18,6 +20,28 @@ class ClientIdReused(InvalidMessage):
 
 class PermanentError(Exception):
     """A brain's failure that no retry can fix: the message is dead-lettered at once."""
+
+
+class BackendUnavailable(Exception):
+    """A brain's model server could not answer: refused or dropped the connection, answered
+    5xx or 429, or sent nothing before the first token. Infrastructure, not the message's
+    fault: the attempt is given back. `backend` names the server (its failures and its backoff
+    are shared by every conversation that uses it); `retry_after`: the seconds it asked for."""
+
+    def __init__(self, message: str, *, backend: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.backend = backend
+        self.retry_after = retry_after
+
+
+class BackendWaiting(Exception):
+    """The brain's model server is marked unavailable: the attempt about to begin is taken
+    back unbegun, and its conversation waits `seconds` for the next try."""
+
+    def __init__(self, message: str, *, run, seconds: float) -> None:
+        super().__init__(message)
+        self.run = run
+        self.seconds = seconds
 
 
 class AttemptStopped(Exception):

@@ -29,6 +29,19 @@ class Conversation(models.Model):
         blank=True,
         help_text="Backoff after a crash or failure: nothing is processed before this moment.",
     )
+
+    class WaitingFor(models.TextChoices):
+        ATTEMPT = "", "A failed or crashed attempt's backoff"
+        DATABASE = "database", "The database, after an outage"
+        MODEL = "model", "The model server, which could not answer"
+
+    waiting_for = models.CharField(
+        max_length=16,
+        choices=WaitingFor.choices,
+        blank=True,
+        default=WaitingFor.ATTEMPT,
+        help_text="What the backoff until retry_at waits for (the page says it).",
+    )
     enqueued_at = models.DateTimeField(
         null=True,
         blank=True,
@@ -352,6 +365,7 @@ class DeadLetter(models.Model):
 class Alert(models.Model):
     class Kind(models.TextChoices):
         CONVERSATION_PAUSED = "conversation_paused", "Conversation paused"
+        MODEL_UNAVAILABLE = "model_unavailable", "Model server unavailable"
 
     kind = models.CharField(max_length=32, choices=Kind.choices)
     conversation = models.ForeignKey(

@@ -14,6 +14,7 @@ from django.db.models import (
     ExpressionWrapper,
     F,
     Max,
+    Q,
     QuerySet,
     prefetch_related_objects,
 )
@@ -225,17 +226,21 @@ def message_counts_by_state() -> dict[str, int]:
 def retry_wait_of(conversation: Conversation) -> int | None:
     """Seconds until an interrupted message is tried again (the backoff, on the database's
     clock), or None when no message waits on one: paused, an attempt running, nothing queued.
+    While the model server is unavailable, every queued message waits on it, tried or not.
     `conversation` is freshly read: without a retry time set there is nothing to ask."""
     if conversation.retry_at is None:
         return None
+    tried = Q(messages__attempts__gt=0) | Q(messages__interruptions__gt=0)
+    if conversation.waiting_for == Conversation.WaitingFor.MODEL:
+        tried = Q()
     wait = (
         Conversation.objects.filter(
+            tried,
             pk=conversation.pk,
             state=Conversation.State.ACTIVE,
             retry_at__gt=Now(),
             messages__role=Message.Role.USER,
             messages__state=Message.State.QUEUED,
-            messages__attempts__gt=0,
         )
         .exclude(runs__state=Run.State.RUNNING)
         .annotate(wait=ExpressionWrapper(F("retry_at") - Now(), output_field=DurationField()))

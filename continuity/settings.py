@@ -358,6 +358,14 @@ CONTINUITY_OPENAI_TEMPERATURE = env_float("CONTINUITY_OPENAI_TEMPERATURE", 0.7)
 CONTINUITY_OPENAI_REQUEST_TIMEOUT = env_float("CONTINUITY_OPENAI_REQUEST_TIMEOUT", 60)
 CONTINUITY_OPENAI_IDLE_TIMEOUT = env_float("CONTINUITY_OPENAI_IDLE_TIMEOUT", 30)
 CONTINUITY_OPENAI_MAX_RETRIES = env_int("CONTINUITY_OPENAI_MAX_RETRIES", 2)
+# A model server that cannot answer (refused, 5xx, 429, silent before the first token) gives
+# the attempt back and waits its own backoff, longer after each failure in a row (or what its
+# Retry-After asks); after this many in a row it is marked unavailable, staff are alerted, and
+# its conversations wait for its next try instead of trying (README "Model backends").
+CONTINUITY_BACKEND_BACKOFF_SECONDS = [
+    float(s) for s in env_list("CONTINUITY_BACKEND_BACKOFF_SECONDS", "5,10,30,60,120,300")
+]
+CONTINUITY_BACKEND_UNAVAILABLE_AFTER = env_int("CONTINUITY_BACKEND_UNAVAILABLE_AFTER", 3)
 CONTINUITY_BUILTIN_TOKEN_DELAY = env_float("CONTINUITY_BUILTIN_TOKEN_DELAY", 0.03)
 CONTINUITY_MAX_MESSAGE_CHARS = env_int("CONTINUITY_MAX_MESSAGE_CHARS", 16_000)
 CONTINUITY_HISTORY_TURNS = env_int("CONTINUITY_HISTORY_TURNS", 20)

@@ -52,6 +52,7 @@ class FakeOpenAI:
         self.requests: list[dict] = []  # JSON bodies of chat completion requests, in order
         self.lock = threading.Lock()
         self.failures: list[int] = []
+        self.retry_after: str | None = None  # sent with each failure, when set
         self.stalls: list[int] = []
         self.released = threading.Event()
         self.server: ThreadingHTTPServer | None = None
@@ -61,8 +62,9 @@ class FakeOpenAI:
         host, port = self.server.server_address[:2]
         return f"http://{host}:{port}/v1"
 
-    def start(self) -> FakeOpenAI:
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler_for(self))
+    def start(self, port: int = 0) -> FakeOpenAI:
+        """Serve on `port` (0: a free one); a stopped server starts again on its own port."""
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), handler_for(self))
         self.server.daemon_threads = True
         serve = partial(self.server.serve_forever, poll_interval=0.05)  # a quick `stop()`
         threading.Thread(target=serve, daemon=True).start()
@@ -177,9 +179,11 @@ class OpenAIHandler(BaseHTTPRequestHandler):
         self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
         self.wfile.flush()
 
-    def json(self, status: int, data: dict) -> None:
+    def json(self, status: int, data: dict, **headers: str) -> None:
         payload = json.dumps(data).encode()
         self.send_response(status)
+        for name, value in headers.items():
+            self.send_header(name.replace("_", "-"), value)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(payload)))
         self.end_headers()
@@ -188,7 +192,8 @@ class OpenAIHandler(BaseHTTPRequestHandler):
     def error(self, status: int, message: str, *, type_: str | None = None) -> None:
         kind, code = ERRORS.get(status, ("api_error", None))
         error = {"message": message, "type": type_ or kind, "param": None, "code": code}
-        self.json(status, {"error": error})
+        retry_after = self.fake.retry_after
+        self.json(status, {"error": error}, **({"Retry-After": retry_after} if retry_after else {}))
 
 
 def last_user_text(messages: list[dict]) -> str:

@@ -12,7 +12,15 @@ import signal
 
 import pytest
 
-from continuity.models import Conversation, DeadLetter, Recovery, ReplyChunk
+from continuity.models import (
+    Alert,
+    Conversation,
+    CrashRecord,
+    DeadLetter,
+    Recovery,
+    ReplyChunk,
+    Run,
+)
 from tests.fake_openai import FakeOpenAI, reply_to, worker_settings
 from tests.processes import WatchdogProcess, WorkerProcess, process_id
 from tests.test_faults import (
@@ -93,6 +101,43 @@ def test_a_refused_key_dead_letters_at_once_and_the_conversation_goes_on(process
     conversation.refresh_from_db()
     assert conversation.state == Conversation.State.ACTIVE
     assert_promise_kept([first, second, after])
+
+
+def test_a_model_server_that_is_down_for_a_while_costs_no_message_and_answers_in_order(
+    processes, fake
+):
+    """More failures than the cap of interruptions, and still nothing is charged: within an
+    outage the server is marked unavailable, its conversations wait, staff are told, and the
+    answers resume in order once it is back (issue: 2 of 3 messages were dead-lettered)."""
+    port, settings = fake.server.server_address[1], worker_settings(fake)
+    fake.stop()  # down: every connection is refused
+    outage = {
+        "CONTINUITY_BACKEND_BACKOFF_SECONDS": "0.2,0.5,1,2",
+        "CONTINUITY_MAX_INTERRUPTIONS": "3",
+        "CONTINUITY_OPENAI_MAX_RETRIES": "0",
+    }
+    processes.add(WorkerProcess(**settings, **outage))
+    processes.add(WatchdogProcess(**outage))
+    (conversation,) = conversations(1)
+    sent = [send(conversation, f"Question number {n}") for n in range(3)]
+
+    wait_for(
+        lambda: Run.objects.filter(state="interrupted").count() >= 5,
+        timeout=60,
+        what="five tries of the model server while it is down",
+    )
+    assert Alert.objects.filter(kind="model_unavailable").count() == 1
+    fake.start(port=port)
+    wait_finished(sent)
+
+    for message in sent:
+        message.refresh_from_db()
+        assert (message.state, message.attempts) == ("done", 1), message.state
+        assert message.reply.text == reply_to(message.text)
+    assert not DeadLetter.objects.exists() and not CrashRecord.objects.exists()
+    conversation.refresh_from_db()
+    assert conversation.state == Conversation.State.ACTIVE
+    assert_promise_kept(sent)
 
 
 def test_a_stalled_stream_fails_at_the_idle_timeout_and_a_later_attempt_answers(processes, fake):

@@ -18,7 +18,7 @@ from django.conf import settings
 
 from chat.brains.builtin import BuiltinBrain, clip
 from continuity.brains import Context, Turn
-from continuity.errors import PermanentError
+from continuity.errors import BackendUnavailable, PermanentError
 from continuity.models import handoff_markdown
 
 logger = logging.getLogger(__name__)
@@ -95,6 +95,8 @@ class OpenAIBrain:
     def __init__(self) -> None:
         self.base_url = settings.CONTINUITY_OPENAI_BASE_URL
         self.model = settings.CONTINUITY_OPENAI_MODEL
+        # Whose failures and backoff every conversation of this server shares (delivery's).
+        self.backend = f"openai {self.base_url}"
         self.builtin = BuiltinBrain()
         self.client = openai.OpenAI(
             base_url=self.base_url,
@@ -113,7 +115,10 @@ class OpenAIBrain:
 
     def respond(self, context: Context, plan: dict) -> Iterator[str]:
         idle = settings.CONTINUITY_OPENAI_IDLE_TIMEOUT
-        with self.errors_explained(timeout=f"sent no token for {idle:g} s"):
+        started = False
+        with self.errors_explained(
+            timeout=f"sent no token for {idle:g} s", answering=lambda: started
+        ):
             stream = self.client.chat.completions.create(
                 model=self.model,
                 messages=prompt_messages(context),
@@ -126,6 +131,7 @@ class OpenAIBrain:
                 for chunk in stream:
                     for choice in chunk.choices:  # none in a usage-only chunk
                         if choice.delta and choice.delta.content:
+                            started = True
                             yield choice.delta.content
 
     def remember(self, context: Context, plan: dict, reply: str) -> dict[str, str]:
@@ -177,10 +183,13 @@ class OpenAIBrain:
         return (title or "").strip().strip('"“”').rstrip(".") or self.builtin.title(context, reply)
 
     @contextmanager
-    def errors_explained(self, *, timeout: str) -> Iterator[None]:
+    def errors_explained(self, *, timeout: str, answering=lambda: False) -> Iterator[None]:
         """Refusals no retry can fix become PermanentError (the message is dead-lettered with
-        the reason); a silent server becomes ModelTimeout. Rate limits, 5xx and connection
-        errors were already retried by the client and fail the attempt as they are."""
+        the reason). A server that cannot answer (refused or dropped connections, 5xx and 429
+        still failing after the client's own retries, silence before the first token) becomes
+        BackendUnavailable: the attempt is given back and the server gets its backoff. Silence
+        once it is `answering` becomes ModelTimeout: it stalled on this message, and the
+        attempt fails."""
         server = f"The model server at {self.base_url}"
         try:
             yield
@@ -203,7 +212,31 @@ class OpenAIBrain:
         except (openai.APITimeoutError, httpx.TimeoutException) as exc:
             # Before the response: APITimeoutError (after the client's retries); mid-stream,
             # httpx's ReadTimeout comes straight through the stream's iterator.
-            raise ModelTimeout(f"{server} {timeout} (model {self.model!r}).") from exc
+            said = f"{server} {timeout} (model {self.model!r})."
+            if answering():
+                raise ModelTimeout(said) from exc
+            raise BackendUnavailable(said, backend=self.backend) from exc
+        except (openai.RateLimitError, openai.InternalServerError) as exc:
+            raise BackendUnavailable(
+                f"{server} answered {exc.status_code} for model {self.model!r}: {detail(exc)}.",
+                backend=self.backend,
+                retry_after=retry_after(exc.response),
+            ) from exc
+        except (openai.APIConnectionError, httpx.TransportError) as exc:
+            # Refused, reset, or dropped mid-stream (a restart of the server).
+            raise BackendUnavailable(
+                f"{server} could not be reached for model {self.model!r} "
+                f"({type(exc.__cause__ or exc).__name__}).",
+                backend=self.backend,
+            ) from exc
+
+
+def retry_after(response: httpx.Response) -> float | None:
+    """The seconds a server asked for in Retry-After (a number; a date is not worth parsing)."""
+    try:
+        return max(float(response.headers.get("retry-after", "")), 0.0)
+    except ValueError:
+        return None
 
 
 def detail(exc: openai.APIStatusError) -> str:

@@ -30,7 +30,7 @@ from ..context.handoffs import (
 )
 from ..context.memory import memory_remember_all
 from ..errors import DATABASE_LOST, AttemptStopped, InvalidTransition, NextAttemptFailed
-from ..live.events import publish_message_changed
+from ..live.events import publish_conversation_changed, publish_message_changed
 from ..models import Checkpoint, Conversation, CrashRecord, Handoff, Message, Run
 from ..ops.faults import fault_point
 from .conversations import conversation_pause
@@ -187,17 +187,28 @@ def attempt_start(
     return run
 
 
-def attempt_withdraw(run: Run) -> None:
+def attempt_withdraw(run: Run, *, resend: bool = True) -> None:
     """Inside the transaction that began it, before any of its work: take the attempt back as
     if it had never begun (its run is deleted, its message queued with its count as it was),
-    and send a drain for the conversation once the transaction commits."""
+    and (`resend`) send a drain for the conversation once the transaction commits."""
     sql.batch(
         ("DELETE FROM continuity_run WHERE id = %s RETURNING id", [run.pk]),
         message_bump_statement(
             message_id=run.message_id, attempts=run.attempt - 1, state=Message.State.QUEUED
         ),
     )
-    conversation_enqueue(conversation_id=run.conversation_id)
+    if resend:
+        conversation_enqueue(conversation_id=run.conversation_id)
+
+
+def conversation_wait_for_model(*, conversation_id: int, seconds: float) -> None:
+    """Its brain's model server is unavailable: nothing begins before its next try, which the
+    watchdog's sweep sends; the page says why it waits."""
+    Conversation.objects.filter(pk=conversation_id, state=Conversation.State.ACTIVE).update(
+        retry_at=db_now_plus(timedelta(seconds=seconds)),
+        waiting_for=Conversation.WaitingFor.MODEL,
+    )
+    transaction.on_commit(lambda: publish_conversation_changed(conversation_id=conversation_id))
 
 
 def lease_and_next_statement(conversation_id: int) -> sql.Statement:
@@ -449,9 +460,13 @@ def attempt_end(
     detected_by: str = "",
     only_if_stale: bool = False,
     handoff_reason: str = "",
+    wait: float | None = None,
+    counted: bool = True,
 ) -> bool:
     """End a running attempt that did not produce a reply; False if it had already ended (or,
-    with `only_if_stale`, if it has heartbeaten since it was judged dead).
+    with `only_if_stale`, if it has heartbeaten since it was judged dead). An interruption
+    given back by a model server that failed: `wait`, the seconds until its next try;
+    `counted`, whether it counts towards the message's cap of interruptions.
 
     Then exactly one of: give the attempt back (an interruption: planned shutdown or database
     outage), dead-letter the message (permanent error, attempts or interruptions used up), pause
@@ -476,7 +491,10 @@ def attempt_end(
     if handoff_reason:
         handoff_after_interruption(run=run, reason=handoff_reason)
     if state == Run.State.INTERRUPTED:
-        if message_give_back(message=message, conversation=conversation, error=error):
+        given_back = message_give_back(
+            message=message, conversation=conversation, error=error, wait=wait, counted=counted
+        )
+        if given_back:
             return True
     elif permanent or message.attempts >= settings.CONTINUITY_MAX_ATTEMPTS:
         reason = error if permanent else f"Gave up after {message.attempts} attempts. {error}"
@@ -497,10 +515,18 @@ def attempt_end(
     return True
 
 
-def message_give_back(*, message: Message, conversation: Conversation, error: str) -> bool:
+def message_give_back(
+    *,
+    message: Message,
+    conversation: Conversation,
+    error: str,
+    wait: float | None = None,
+    counted: bool = True,
+) -> bool:
     """An interruption is not the message's fault: it does not use up an attempt. It has its own
-    cap, so a message that provokes restarts cannot loop forever; True if it dead-lettered it."""
-    interruptions = message.interruptions + 1
+    cap, so a message that provokes restarts cannot loop forever; True if it dead-lettered it.
+    A model server's outage (`counted` False) is nobody's doing here, and is not counted."""
+    interruptions = message.interruptions + counted
     if interruptions > settings.CONTINUITY_MAX_INTERRUPTIONS:
         dead_letter_create(
             message=message, reason=f"Interrupted {message.interruptions} times. Last: {error}"
@@ -512,10 +538,18 @@ def message_give_back(*, message: Message, conversation: Conversation, error: st
         attempts=message.attempts - 1,
         interruptions=interruptions,
     )
+    if wait is not None:
+        # The watchdog's sweep sends the drain once the server's next try has come.
+        Conversation.objects.filter(pk=conversation.pk).update(
+            retry_at=db_now_plus(timedelta(seconds=wait)),
+            waiting_for=Conversation.WaitingFor.MODEL,
+        )
+        return False
     if error.startswith(DATABASE_LOST):
         # Give the database time to settle; a planned shutdown resumes at once.
         Conversation.objects.filter(pk=conversation.pk).update(
-            retry_at=db_now_plus(backoff_delay(interruptions))
+            retry_at=db_now_plus(backoff_delay(interruptions)),
+            waiting_for=Conversation.WaitingFor.DATABASE,
         )
     conversation_enqueue(conversation_id=conversation.pk)
     return False
@@ -542,7 +576,7 @@ def conversation_back_off_or_pause(
         state__in=[Run.State.CRASHED, Run.State.FAILED], ended_at__gte=since
     ).count()
     Conversation.objects.filter(pk=conversation.pk).update(
-        retry_at=db_now_plus(backoff_delay(failures))
+        retry_at=db_now_plus(backoff_delay(failures)), waiting_for=""
     )
 
 

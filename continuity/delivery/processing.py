@@ -32,7 +32,10 @@ from ..context.compaction import compaction_candidates, compaction_store, turns_
 from ..context.recoveries import recovery_note, recovery_record
 from ..errors import (
     DATABASE_LOST,
+    MODEL_UNAVAILABLE,
     AttemptStopped,
+    BackendUnavailable,
+    BackendWaiting,
     NextAttemptFailed,
     PermanentError,
     WorkerStopping,
@@ -48,10 +51,12 @@ from .attempts import (
     attempt_withdraw,
     checkpoint_insert,
     conversation_lock,
+    conversation_wait_for_model,
     fence_held,
     fenced_insert,
     run_lock_owned,
 )
+from .backends import backend_answered, backend_down, backend_failed
 from .heartbeats import RunHeartbeat
 from .inbox import conversation_enqueue, title_from_text
 from .workers import attempt_key_write
@@ -109,6 +114,13 @@ class Preparation:
         # A brain that cannot load is this worker's fault, not the message's: it fails here,
         # and the attempt is rolled back with it.
         brain = brain_load(message.conversation.brain)
+        backend = getattr(brain, "backend", None)
+        if backend and (down := backend_down(backend)):
+            raise BackendWaiting(
+                f"{down.reason} Next try in {down.wait:.0f} s; run {run.pk} not begun.",
+                run=run,
+                seconds=down.wait,
+            )
         stored = checkpoints_stored(run=run, message=message)
         # The run's row took its heartbeat when it was inserted, and this transaction may have
         # run long since (a brain's first import takes a second): without a live key, a sweep
@@ -125,12 +137,16 @@ def attempt_first(*, conversation_id: int, node: str) -> Begun | None:
     """Begin an attempt on the conversation's oldest pending message, if one may begin now.
     WorkerStopping, with no attempt begun, once a planned shutdown of this worker began."""
     preparation = Preparation(node)
-    run = attempt_begin(
-        conversation_id=conversation_id,
-        node=node,
-        reads=lambda message: context_statements(message=message),
-        on_begin=preparation,
-    )
+    try:
+        run = attempt_begin(
+            conversation_id=conversation_id,
+            node=node,
+            reads=lambda message: context_statements(message=message),
+            on_begin=preparation,
+        )
+    except BackendWaiting as waiting:  # its transaction rolled back: the attempt never began
+        conversation_wait_for_model(conversation_id=conversation_id, seconds=waiting.seconds)
+        return None
     return preparation.begun if run is not None else None
 
 
@@ -149,6 +165,10 @@ def attempt_next(conversation: Conversation, message: Message, *, node: str) -> 
         )
     except WorkerStopping as stopping:
         attempt_withdraw(stopping.run)
+        return None
+    except BackendWaiting as waiting:
+        attempt_withdraw(waiting.run, resend=False)
+        conversation_wait_for_model(conversation_id=conversation.pk, seconds=waiting.seconds)
         return None
     return preparation.begun
 
@@ -202,6 +222,22 @@ def attempt_execute(*, begun: Begun, node: str = "", turn_ends: float = 0.0) -> 
             answered = heartbeat.completed = True
         except AttemptStopped as stop:
             logger.info("Attempt stopped: %s", stop)
+        except BackendUnavailable as exc:
+            # The model server's fault, not the message's: given back, and the conversation
+            # waits the server's backoff. Within an outage (the server is marked unavailable)
+            # the give-back is not even counted as an interruption.
+            down = backend_failed(exc.backend, reason=str(exc), retry_after=exc.retry_after)
+            record_when_database_returns(
+                partial(
+                    attempt_end,
+                    run_id=run.pk,
+                    state=Run.State.INTERRUPTED,
+                    error=f"{MODEL_UNAVAILABLE}: {exc}",
+                    wait=down.wait,
+                    counted=not down.unavailable,
+                ),
+                stopped=heartbeat.stopped,
+            )
         except DATABASE_ERRORS as exc:
             # Given back like a planned interruption: no crash, no attempt used up.
             record_when_database_returns(
@@ -304,6 +340,8 @@ def steps_run(
         lambda: {"reply": streamed.collect(brain.respond(context, plan))},
         apply=streamed.store_rest,
     )["reply"]
+    if backend := getattr(brain, "backend", None):
+        backend_answered(backend)
     remembered = None
     if "remember" not in stored:
         if stopped.is_set():

@@ -7,12 +7,11 @@ import socket
 import time
 from datetime import UTC, datetime
 
-import openai
 import pytest
 
 from chat.brains.openai import ModelTimeout, OpenAIBrain, prompt_messages
 from continuity.brains import Context, HandoffNote, RecoveryNote, Turn, brain_load
-from continuity.errors import PermanentError
+from continuity.errors import BackendUnavailable, PermanentError
 from tests.fake_openai import FakeOpenAI, reply_to
 
 
@@ -182,28 +181,56 @@ def test_a_transient_error_is_retried_by_the_client_and_yields_one_reply(brain, 
     assert len(fake.requests) == 2
 
 
-def test_when_the_client_runs_out_of_retries_the_error_fails_the_attempt(settings, fake):
+def test_when_the_client_runs_out_of_retries_the_server_is_unavailable(settings, fake):
     settings.CONTINUITY_OPENAI_BASE_URL = fake.url
     settings.CONTINUITY_OPENAI_API_KEY = fake.api_key
     settings.CONTINUITY_OPENAI_MODEL = fake.model
     settings.CONTINUITY_OPENAI_MAX_RETRIES = 1
     fake.fail_next(500, times=2)
 
-    with pytest.raises(openai.InternalServerError):
+    with pytest.raises(BackendUnavailable) as raised:
         list(OpenAIBrain().respond(context_of("hello"), {"facts": {}}))
     assert len(fake.requests) == 2
+    assert str(raised.value) == (
+        f"The model server at {fake.url} answered 500 for model 'fake-model': "
+        "Failing on purpose with 500.."
+    )
+    assert raised.value.backend == f"openai {fake.url}" and raised.value.retry_after is None
 
 
-def test_a_server_that_is_down_is_a_connection_error_not_a_permanent_one(settings):
+def test_a_rate_limit_says_when_to_come_back(settings, fake):
+    settings.CONTINUITY_OPENAI_BASE_URL = fake.url
+    settings.CONTINUITY_OPENAI_API_KEY = fake.api_key
+    settings.CONTINUITY_OPENAI_MODEL = fake.model
+    settings.CONTINUITY_OPENAI_MAX_RETRIES = 0
+    fake.retry_after = "7"
+    fake.fail_next(429)
+
+    with pytest.raises(BackendUnavailable) as raised:
+        list(OpenAIBrain().respond(context_of("hello"), {"facts": {}}))
+    assert raised.value.retry_after == 7.0
+
+
+def test_a_server_that_is_down_is_unavailable_not_a_permanent_error(settings):
     with socket.socket() as probe:  # a port nobody listens on
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     settings.CONTINUITY_OPENAI_BASE_URL = f"http://127.0.0.1:{port}/v1"
     settings.CONTINUITY_OPENAI_MAX_RETRIES = 0
 
-    with pytest.raises(openai.APIConnectionError) as raised:
+    with pytest.raises(BackendUnavailable) as raised:
         list(OpenAIBrain().respond(context_of("hello"), {"facts": {}}))
-    assert not isinstance(raised.value, PermanentError)
+    assert f"The model server at http://127.0.0.1:{port}/v1 could not be reached" in str(
+        raised.value
+    )
+
+
+def test_silence_before_the_first_token_is_the_server_not_the_message(settings, brain, fake):
+    settings.CONTINUITY_OPENAI_IDLE_TIMEOUT = 1
+    fake.stall_after(words=0)
+
+    with pytest.raises(BackendUnavailable, match="sent no token for 1 s"):
+        list(OpenAIBrain().respond(context_of("hello"), {"facts": {}}))
 
 
 def test_a_stalled_stream_raises_at_the_idle_timeout(settings, brain, fake):

@@ -1,0 +1,85 @@
+"""Model servers' health, shared by every worker: a server that fails is given its own backoff,
+and after a few failures in a row it is marked unavailable, so its conversations wait instead
+of trying (and burning their attempts) until its next try. Kept in Redis, on Redis's clock.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import redis
+from django.conf import settings
+
+from ..models import Alert
+from .heartbeats import redis_client
+
+logger = logging.getLogger(__name__)
+# A day: a server that failed once and was never tried again is forgotten.
+STATE_SECONDS = 86_400
+
+
+def backend_key(backend: str) -> str:
+    return f"continuity:backend:{backend}"
+
+
+@dataclass(frozen=True)
+class BackendDown:
+    failures: int  # in a row
+    wait: float  # seconds until its next try
+    reason: str
+
+    @property
+    def unavailable(self) -> bool:
+        return self.failures >= settings.CONTINUITY_BACKEND_UNAVAILABLE_AFTER
+
+
+def backend_delay(failures: int) -> float:
+    steps = settings.CONTINUITY_BACKEND_BACKOFF_SECONDS
+    return steps[max(1, min(failures, len(steps))) - 1]
+
+
+def backend_failed(backend: str, *, reason: str, retry_after: float | None) -> BackendDown:
+    """Count a failure of the server; its next try waits its backoff, or what it asked for."""
+    client = redis_client()
+    key = backend_key(backend)
+    failures = int(client.hincrby(key, "failures", 1))
+    seconds, micros = client.time()
+    wait = max(backend_delay(failures), retry_after or 0.0)
+    client.hset(key, mapping={"until": seconds + micros / 1e6 + wait, "reason": reason})
+    client.expire(key, STATE_SECONDS)
+    down = BackendDown(failures=failures, wait=wait, reason=reason)
+    if failures == settings.CONTINUITY_BACKEND_UNAVAILABLE_AFTER:
+        logger.error("Model server %s unavailable after %s failures: %s", backend, failures, reason)
+        Alert.objects.create(
+            kind=Alert.Kind.MODEL_UNAVAILABLE,
+            text=f"{reason} It failed {failures} times in a row; its conversations wait and "
+            "are answered in order once it is back.",
+        )
+    return down
+
+
+def backend_answered(backend: str) -> None:
+    """The server answered: whatever failed before is over."""
+    try:
+        if redis_client().delete(backend_key(backend)):
+            logger.info("Model server %s answers again", backend)
+    except redis.RedisError:
+        logger.warning("Model server %s answered; Redis did not hear of it", backend)
+
+
+def backend_down(backend: str) -> BackendDown | None:
+    """The server's state while it is marked unavailable and its next try has not come; None
+    otherwise (or when Redis cannot say: then the attempt finds out for itself)."""
+    try:
+        client = redis_client()
+        failures, until, reason = client.hmget(backend_key(backend), "failures", "until", "reason")
+        if failures is None or int(failures) < settings.CONTINUITY_BACKEND_UNAVAILABLE_AFTER:
+            return None
+        seconds, micros = client.time()
+    except redis.RedisError:
+        return None
+    wait = float(until or 0) - (seconds + micros / 1e6)
+    if wait <= 0:
+        return None  # its next try has come: this attempt is the probe
+    return BackendDown(failures=int(failures), wait=wait, reason=(reason or b"").decode())

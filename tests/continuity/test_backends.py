@@ -1,0 +1,116 @@
+"""A model server that cannot answer is infrastructure, not the message's fault: the attempt is
+given back, the server gets its own backoff, and once it has failed a few times in a row its
+conversations wait for its next try instead of trying. Driven in-process against the suite's
+fake OpenAI-compatible server over real HTTP: first down (nothing listens on its port), then
+up on that port."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from continuity.delivery.backends import backend_down
+from continuity.delivery.inbox import message_accept
+from continuity.delivery.processing import drain_conversation
+from continuity.models import Alert, Conversation, CrashRecord, DeadLetter, Message, Run
+from continuity.ops.redis_server import free_port
+from tests.factories import ConversationFactory, UserFactory
+from tests.fake_openai import FakeOpenAI, reply_to
+from tests.waiting import wait_for
+
+# The attempt's failure is recorded after its connection is closed: real commits.
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def server(settings):
+    """The fake model server's address, with nothing listening there yet."""
+    fake = FakeOpenAI()
+    port = free_port()
+    settings.CONTINUITY_OPENAI_BASE_URL = f"http://127.0.0.1:{port}/v1"
+    settings.CONTINUITY_OPENAI_API_KEY = fake.api_key
+    settings.CONTINUITY_OPENAI_MODEL = fake.model
+    settings.CONTINUITY_OPENAI_MAX_RETRIES = 0
+    settings.CONTINUITY_BACKEND_BACKOFF_SECONDS = [0.3, 0.6, 60]
+    settings.CONTINUITY_BACKEND_UNAVAILABLE_AFTER = 2
+    settings.ADMINS = []
+    fake.port = port
+    yield fake
+    if fake.server is not None:
+        fake.stop()
+
+
+def openai_conversation(owner) -> Conversation:
+    return ConversationFactory(owner=owner, brain="openai")
+
+
+def send(conversation, text: str) -> Message:
+    return message_accept(conversation=conversation, text=text, client_id=uuid.uuid4())
+
+
+def due_now(conversation: Conversation) -> None:
+    """Its backoff is over (what the watchdog waits for before it sends the next drain)."""
+    Conversation.objects.filter(pk=conversation.pk).update(retry_at=None)
+
+
+def test_a_server_that_is_down_and_comes_back_costs_no_attempt_and_answers_in_order(server):
+    owner = UserFactory()
+    first_chat, second_chat = openai_conversation(owner), openai_conversation(owner)
+    sent = [send(first_chat, f"Question number {n}") for n in range(3)]
+
+    drain_conversation(conversation_id=first_chat.pk)  # refused: the server is down
+
+    failed = Run.objects.get()
+    assert failed.state == "interrupted"
+    assert failed.error == (
+        f"Model server unavailable: The model server at http://127.0.0.1:{server.port}/v1 "
+        "could not be reached for model 'fake-model' (ConnectError)."
+    )
+    message = Message.objects.get(pk=sent[0].pk)
+    assert (message.state, message.attempts, message.interruptions) == ("queued", 0, 1)
+    first_chat.refresh_from_db()
+    assert first_chat.waiting_for == "model" and first_chat.retry_at is not None
+
+    due_now(first_chat)
+    drain_conversation(conversation_id=first_chat.pk)  # down again: now marked unavailable
+
+    assert Run.objects.filter(state="interrupted").count() == 2
+    # Within the outage the give-back is not even counted against the message.
+    assert Message.objects.get(pk=sent[0].pk).interruptions == 1
+    alert = Alert.objects.get()
+    assert alert.kind == "model_unavailable" and "could not be reached" in alert.text
+
+    # Another conversation of the same server waits without trying.
+    waiting = send(second_chat, "Are you there?")
+    drain_conversation(conversation_id=second_chat.pk)
+    assert not Run.objects.filter(conversation=second_chat).exists()
+    waiting.refresh_from_db()
+    assert (waiting.state, waiting.attempts, waiting.interruptions) == ("queued", 0, 0)
+    second_chat.refresh_from_db()
+    assert second_chat.waiting_for == "model" and second_chat.retry_at is not None
+    page = Client()
+    page.force_login(owner)
+    html = page.get(reverse("chat:conversation", args=[second_chat.pk])).content.decode()
+    assert 'data-waiting-for="model"' in html
+    assert "The model server isn't answering; your message is kept" in html
+
+    server.start(port=server.port)  # back
+    backend = f"openai http://127.0.0.1:{server.port}/v1"
+    wait_for(lambda: backend_down(backend) is None, timeout=5, what="the server's next try")
+    for chat in (first_chat, second_chat):
+        due_now(chat)
+        drain_conversation(conversation_id=chat.pk)
+
+    answered = [
+        (m.reply_to.text, m.text) for m in Message.objects.filter(role="assistant").order_by("id")
+    ]
+    assert answered == [
+        *((m.text, reply_to(m.text)) for m in sent),
+        ("Are you there?", reply_to("Are you there?")),
+    ]
+    assert Message.objects.filter(role="user", state="done", attempts=1).count() == 4
+    assert not CrashRecord.objects.exists() and not DeadLetter.objects.exists()
+    assert backend_down(backend) is None
