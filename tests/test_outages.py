@@ -23,7 +23,7 @@ from tests.factories import ConversationFactory
 from tests.outages import database_refuses_connections, postgres_can_restart, postgres_restart
 from tests.processes import WatchdogProcess, WebProcess, WorkerProcess
 from tests.test_faults import LONG_REPLY, assert_promise_kept, wait_finished
-from tests.waiting import wait_streaming
+from tests.waiting import wait_for, wait_streaming
 
 pytestmark = [pytest.mark.fault, pytest.mark.django_db(transaction=True)]
 
@@ -76,6 +76,34 @@ def test_a_send_while_the_database_is_away_answers_503_and_its_retry_is_stored_o
     assert browser.post(path, body)[0] == 200
     assert browser.post(path, body)[0] == 200  # the composer's automatic resend, once more
     assert list(Message.objects.values_list("text", flat=True)) == [body["text"]]
+
+
+def test_an_outage_longer_than_the_retry_window_is_an_interruption_not_a_crash(processes):
+    """The attempt gives up recording its end while the database is away (here after 1 s):
+    the watchdog, which reaps it once the database is back, ends it interrupted."""
+    worker = processes.add(
+        WorkerProcess(CONTINUITY_BUILTIN_TOKEN_DELAY="0.05", CONTINUITY_DATABASE_RETRY_SECONDS="1")
+    )
+    processes.add(WatchdogProcess())
+    conversation = ConversationFactory()
+    message = message_accept(conversation=conversation, text=LONG_REPLY, client_id=uuid.uuid4())
+    run = wait_streaming(message)
+
+    with database_refuses_connections():
+        wait_for(
+            lambda: "Could not record the end of an attempt" in worker.log(),
+            timeout=30,
+            what="the attempt to give up recording its end",
+        )
+    wait_finished([message], timeout=60)
+
+    run.refresh_from_db()
+    assert run.state == "interrupted"
+    assert run.error == "Database unavailable: the attempt could not record its end."
+    message.refresh_from_db()
+    assert (message.state, message.attempts, message.interruptions) == ("done", 1, 1)
+    assert not CrashRecord.objects.exists() and not DeadLetter.objects.exists()
+    assert_promise_kept([message])
 
 
 @pytest.mark.skipif(not postgres_can_restart(), reason="needs the local cluster's pg_ctlcluster")

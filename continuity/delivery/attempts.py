@@ -16,7 +16,7 @@ from datetime import timedelta
 from typing import Generic, TypeVar
 
 from django.conf import settings
-from django.db import transaction
+from django.db import InterfaceError, OperationalError, transaction
 from django.db.models import DateTimeField, ExpressionWrapper, Model
 from django.db.models.functions import Now
 
@@ -35,7 +35,7 @@ from ..models import Checkpoint, Conversation, CrashRecord, Handoff, Message, Ru
 from ..ops.faults import fault_point
 from .conversations import conversation_pause
 from .dead_letters import dead_letter_create
-from .heartbeats import stale_before, stale_run_ids
+from .heartbeats import outage_note, stale_before, stale_run_ids
 from .inbox import conversation_enqueue, message_bump, message_bump_statement
 from .workers import current_incarnation
 
@@ -421,32 +421,64 @@ def attempt_finish(
     if begin_next is not None and not follow_up:
         # The conversation is locked, and read, by the reply's first statement.
         then.append(lease_and_next_statement(run.conversation_id))
-    with transaction.atomic():
-        _, more_pending, (locked, latest_handoff, *next_up) = reply_store(
-            run=run,
-            text=reply_text,
-            run_state=Run.State.COMPLETED,
-            first=first,
-            then=then,
-            follow_up=follow_up,
-        )
-        if remembered:
-            memory_remember_all(
-                owner_id=run.conversation.owner_id, message_id=run.message_id, facts=remembered
+    begun = None
+    try:
+        with transaction.atomic():
+            finished, begun = reply_and_next(
+                run=run,
+                reply_text=reply_text,
+                task_state=task_state,
+                remembered=remembered,
+                follow_up=follow_up,
+                begin_next=begin_next,
+                first=first,
+                then=then,
             )
-        handoff_after_turn(run=run, task_state=task_state, latest=handoff_of(latest_handoff))
-        finished = Finished(more_pending=more_pending and not follow_up)
-        if next_up and more_pending:
-            conversation, message, _ = next_attempt_of(
-                [locked, *next_up], conversation_id=run.conversation_id
-            )
-            try:
-                begun = begin_next(conversation, message) if message is not None else None
-            except Exception as exc:  # the next message's trouble must not cost this reply
-                raise NextAttemptFailed(f"Run {run.pk}: the next attempt did not begin.") from exc
-            finished = Finished(next_begun=begun)
+    except (OperationalError, InterfaceError):
+        # The commit's answer never came: whether it took is unknown. Had it, the next attempt
+        # began, and no one will run it: when the watchdog reaps it, it is an interruption.
+        if begun is not None:
+            outage_note(begun.run.pk)
+        raise
     fault_point("after_reply_committed")
     return finished
+
+
+def reply_and_next(
+    *,
+    run: Run,
+    reply_text: str,
+    task_state: dict | None,
+    remembered: dict[str, str] | None,
+    follow_up: bool,
+    begin_next: Callable[[Conversation, Message], B | None] | None,
+    first: list[sql.Statement],
+    then: list[sql.Statement],
+) -> tuple[Finished[B], B | None]:
+    """`attempt_finish`'s transaction: the reply, and the attempt on the next message."""
+    _, more_pending, (locked, latest_handoff, *next_up) = reply_store(
+        run=run,
+        text=reply_text,
+        run_state=Run.State.COMPLETED,
+        first=first,
+        then=then,
+        follow_up=follow_up,
+    )
+    if remembered:
+        memory_remember_all(
+            owner_id=run.conversation.owner_id, message_id=run.message_id, facts=remembered
+        )
+    handoff_after_turn(run=run, task_state=task_state, latest=handoff_of(latest_handoff))
+    if not (next_up and more_pending):
+        return Finished(more_pending=more_pending and not follow_up), None
+    conversation, message, _ = next_attempt_of(
+        [locked, *next_up], conversation_id=run.conversation_id
+    )
+    try:
+        begun = begin_next(conversation, message) if message is not None else None
+    except Exception as exc:  # the next message's trouble must not cost this reply
+        raise NextAttemptFailed(f"Run {run.pk}: the next attempt did not begin.") from exc
+    return Finished(next_begun=begun), begun
 
 
 @transaction.atomic

@@ -35,6 +35,35 @@ def run_key(run_id: int) -> str:
     return f"continuity:run:{run_id}:alive"
 
 
+def outage_key(run_id: int) -> str:
+    return f"continuity:run:{run_id}:outage"
+
+
+# A day: the watchdog reaps a run within seconds of the database's return.
+OUTAGE_NOTE_SECONDS = 86_400
+
+
+def outage_note(run_id: int) -> None:
+    """The attempt lost the database and could not record its end (or whether its last commit
+    took: then `run_id` is the attempt that commit may have begun): when the watchdog reaps
+    it, it is an interruption, not a crash. Redis, since the database is what is away."""
+    try:
+        redis_client().set(outage_key(run_id), "1", ex=OUTAGE_NOTE_SECONDS)
+    except redis.RedisError:
+        logger.warning("Run %s lost the database, and Redis did not hear of it", run_id)
+
+
+def outages_noted(run_ids: list[int]) -> set[int]:
+    """The runs among these that lost the database (see `outage_note`)."""
+    if not run_ids:
+        return set()
+    try:
+        noted = redis_client().mget([outage_key(pk) for pk in run_ids])
+    except redis.RedisError:
+        return set()
+    return {pk for pk, value in zip(run_ids, noted, strict=True) if value is not None}
+
+
 def worker_key(name: str) -> str:
     return f"continuity:worker:{name}:alive"
 

@@ -57,7 +57,7 @@ from .attempts import (
     run_lock_owned,
 )
 from .backends import backend_answered, backend_down, backend_failed
-from .heartbeats import RunHeartbeat
+from .heartbeats import RunHeartbeat, outage_note
 from .inbox import conversation_enqueue, title_from_text
 from .workers import attempt_key_write
 
@@ -240,7 +240,7 @@ def attempt_execute(*, begun: Begun, node: str = "", turn_ends: float = 0.0) -> 
             )
         except DATABASE_ERRORS as exc:
             # Given back like a planned interruption: no crash, no attempt used up.
-            record_when_database_returns(
+            recorded = record_when_database_returns(
                 partial(
                     attempt_end,
                     run_id=run.pk,
@@ -249,6 +249,8 @@ def attempt_execute(*, begun: Begun, node: str = "", turn_ends: float = 0.0) -> 
                 ),
                 stopped=heartbeat.stopped,
             )
+            if not recorded:
+                outage_note(run.pk)  # the watchdog then ends it as interrupted
         except Exception as exc:  # any failure of a step is recorded, then retried or given up
             record_when_database_returns(
                 partial(
@@ -291,8 +293,9 @@ def conversation_title(*, context: Context, brain: Brain, reply: str) -> None:
         publish_conversation_changed(conversation_id=context.conversation_id)
 
 
-def record_when_database_returns(record: Callable[[], object], *, stopped: Event) -> None:
-    """Record how an attempt ended, on a fresh connection, retrying while the database is away.
+def record_when_database_returns(record: Callable[[], object], *, stopped: Event) -> bool:
+    """Record how an attempt ended, on a fresh connection, retrying while the database is away;
+    False if it gave up.
 
     The heartbeat keeps the attempt's Redis key alive meanwhile, so the watchdog does not take
     the attempt for crashed. After CONTINUITY_DATABASE_RETRY_SECONDS it gives up: the attempt
@@ -304,11 +307,11 @@ def record_when_database_returns(record: Callable[[], object], *, stopped: Event
         connection.close()  # the failed connection is unusable; never record through it
         try:
             record()
-            return
+            return True
         except DATABASE_ERRORS:
             if stopped.is_set() or time.monotonic() + pause > deadline:
                 logger.exception("Could not record the end of an attempt; the watchdog will")
-                return
+                return False
             logger.warning("Database unavailable; retrying in %.2f s", pause)
             time.sleep(pause)
             pause = min(pause * 2, 5.0)

@@ -14,9 +14,10 @@ from django.conf import settings
 from django.db.models import Exists, F, OuterRef, Q
 from django.db.models.functions import Now
 
+from ..errors import DATABASE_LOST
 from ..models import Conversation, CrashRecord, Handoff, Run
 from .attempts import CRASH_ERROR, attempt_end, db_now_plus, pending_messages
-from .heartbeats import redis_client, stale_run_ids
+from .heartbeats import outages_noted, redis_client, stale_run_ids
 from .inbox import conversation_enqueue, drains_waiting
 from .workers import current_incarnation, process_gone
 
@@ -37,17 +38,27 @@ def each_guarded(items: list[int], action, what: str) -> int:
 def runs_reap(
     *, run_ids: list[int], detected_by: str, only_if_stale: bool = True, error: str = CRASH_ERROR
 ) -> int:
-    return each_guarded(
-        run_ids,
-        lambda run_id: attempt_end(
+    """End these runs as crashed; those that lost the database (`outage_note`) as interrupted,
+    which the message is not charged for, whatever the outage's length."""
+    lost_database = outages_noted(run_ids)
+
+    def reap(run_id: int) -> bool:
+        if run_id in lost_database:
+            return attempt_end(
+                run_id=run_id,
+                state=Run.State.INTERRUPTED,
+                error=f"{DATABASE_LOST}: the attempt could not record its end.",
+                only_if_stale=only_if_stale,
+            )
+        return attempt_end(
             run_id=run_id,
             state=Run.State.CRASHED,
             error=error,
             detected_by=detected_by,
             only_if_stale=only_if_stale,
-        ),
-        "reap run",
-    )
+        )
+
+    return each_guarded(run_ids, reap, "reap run")
 
 
 def due_conversation_ids() -> list[int]:

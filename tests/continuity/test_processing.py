@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from datetime import timedelta
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured, ValidationError
@@ -438,3 +439,53 @@ def test_a_next_attempt_that_cannot_begin_with_the_reply_costs_the_reply_nothing
     replies = Message.objects.filter(role="assistant", reply_to__in=sent).order_by("id")
     assert [reply.reply_to_id for reply in replies] == [m.pk for m in sent]
     assert Message.objects.get(pk=sent[0].pk).attempts == 1
+
+
+@pytest.mark.django_db(transaction=True)  # the commit whose answer is lost is a real one
+def test_a_commit_whose_answer_was_lost_costs_the_next_message_nothing(
+    conversation, settings, monkeypatch
+):
+    """The transaction that stores a reply and begins the next attempt commits, but its answer
+    never comes back: the worker cannot know the next attempt began, and never runs it. When
+    the watchdog reaps it, it is an interruption (issue: the next message was charged a
+    crash)."""
+    from django.db import OperationalError, transaction
+
+    from continuity.delivery import attempts
+    from continuity.delivery.heartbeats import key_delete, run_key
+    from continuity.delivery.recovery import watchdog_tick
+    from continuity.models import CrashRecord
+
+    settings.CONTINUITY_DRAIN_TURN_SECONDS = 60
+    send(conversation, "hello")
+    drain_conversation(conversation_id=conversation.pk)  # a first exchange may be titled
+    first, second = send(conversation, "note number 1"), send(conversation, "note number 2")
+    reply_and_next = attempts.reply_and_next
+
+    def answer_lost(**kwargs):
+        def lost() -> None:
+            raise OperationalError("server closed the connection unexpectedly")
+
+        transaction.on_commit(lost)  # runs once the commit took, as the answer goes missing
+        return reply_and_next(**kwargs)
+
+    monkeypatch.setattr(attempts, "reply_and_next", answer_lost)
+    drain_conversation(conversation_id=conversation.pk)
+    monkeypatch.undo()
+
+    first.refresh_from_db()
+    assert first.state == "done"
+    orphan = Run.objects.get(message=second)
+    assert orphan.state == "running"  # it began in the commit, and no one runs it
+    Run.objects.filter(pk=orphan.pk).update(heartbeat_at=timezone.now() - timedelta(seconds=60))
+    key_delete(run_key(orphan.pk))
+    assert watchdog_tick()["reaped"] == 1
+
+    orphan.refresh_from_db()
+    assert orphan.state == "interrupted" and orphan.error.startswith("Database unavailable")
+    assert not CrashRecord.objects.exists()
+    second.refresh_from_db()
+    assert (second.state, second.attempts) == ("queued", 0)
+    Conversation.objects.filter(pk=conversation.pk).update(retry_at=None)
+    drain_conversation(conversation_id=conversation.pk)
+    assert Message.objects.get(pk=second.pk).state == "done"
