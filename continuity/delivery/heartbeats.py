@@ -173,10 +173,8 @@ class RunHeartbeat:
             key_delete(run_key(self.run_id))
 
     def beat(self) -> bool:
-        # The Redis key says "this process is alive", whatever the database does: during a
-        # database outage the rows go stale, and the key alone keeps the attempt from being
-        # reaped as crashed.
-        key_refresh(run_key(self.run_id))
+        """The row's heartbeat, and whether the run is still this attempt's. The Redis key is
+        refreshed by a thread of its own (`RunBeats`), whatever this write waits for."""
         close_old_connections()  # reconnect after a database restart instead of failing forever
         try:
             owned = Run.objects.filter(pk=self.run_id, state=Run.State.RUNNING).update(
@@ -199,7 +197,12 @@ class RunBeats:
 
     Adding a run wakes the thread only when the run is due before the thread would wake
     anyway: waking it for every attempt (to learn that nothing is due for an interval) cost a
-    thread switch per message."""
+    thread switch per message.
+
+    The runs' Redis keys, which say "this process is alive", are refreshed by a second thread,
+    every interval, whatever the database does: a row write that waits on a lock, a black-holed
+    connection or an outage must not let a live attempt's key lapse (with the key gone and the
+    row stale, the watchdog would reap it as crashed)."""
 
     def __init__(self) -> None:
         self._changed = threading.Condition()
@@ -208,6 +211,25 @@ class RunBeats:
         self._wakes_at = 0.0  # while the thread waits: when it wakes by itself
         self.thread = threading.Thread(target=self._loop, name="heartbeat-runs", daemon=True)
         self.thread.start()
+        self.keys_thread = threading.Thread(
+            target=self._keys_loop, name="heartbeat-keys", daemon=True
+        )
+        self.keys_thread.start()
+
+    def _keys_loop(self) -> None:
+        while True:
+            time.sleep(settings.CONTINUITY_HEARTBEAT_SECONDS)
+            with self._changed:
+                runs = {heartbeat.run_id for heartbeat in self._due}
+            if not runs:
+                continue
+            try:
+                with redis_client().pipeline(transaction=False) as pipeline:
+                    for run_id in runs:
+                        key_set(pipeline, run_key(run_id))
+                    pipeline.execute()
+            except redis.RedisError:
+                logger.warning("Heartbeat keys of runs %s not refreshed", sorted(runs))
 
     def add(self, heartbeat: RunHeartbeat) -> None:
         with self._changed:

@@ -201,3 +201,30 @@ def test_a_drain_that_waited_for_the_lock_sees_the_lease_taken_meanwhile(convers
     drain.join()
     assert outcomes == [None]
     assert Run.objects.filter(conversation=conversation).count() == 1
+
+
+@pytest.mark.postgresql("holds a row lock from another session, which SQLite does not have")
+def test_a_row_write_held_up_by_the_database_does_not_let_the_key_lapse(run):
+    """The key is refreshed on a thread of its own: here the row's heartbeat waits on a lock
+    (as on a black-holed connection or a stalled server) for many times the key's TTL."""
+    import time
+
+    from continuity.delivery import heartbeats
+    from tests.postgres import another_session
+
+    heartbeats._run_beats = None  # threads started with this test's interval, as a worker's are
+    holder = another_session(autocommit=False)
+    holder.execute("SELECT 1 FROM continuity_run WHERE id = %s FOR UPDATE", [run.pk])
+    try:
+        with RunHeartbeat(run.pk):
+            wait_for(lambda: lock_waiters() == 1, timeout=5, what="the row's heartbeat to wait")
+            lapsed, checks = [], 0
+            while lock_waiters() == 1 and checks < 100:  # 100 looks over about ten TTLs
+                checks += 1
+                if not keys_alive([run_key(run.pk)]):
+                    lapsed.append(checks)
+                time.sleep(0.02)
+            assert checks == 100 and lapsed == []
+    finally:
+        holder.rollback()
+        holder.close()
