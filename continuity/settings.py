@@ -308,7 +308,9 @@ CELERY_TASK_ACKS_LATE = True
 # How long the main process waits for the result of a job whose pool process died before it
 # fails the job with WorkerLostError (Celery's default: 10 s). No result is ever kept here, and
 # the failure is what ends the dead process's attempt at once (continuity/delivery/pool.py).
-CELERY_WORKER_LOST_WAIT = env_float("CELERY_WORKER_LOST_WAIT", 0.5)
+CELERY_WORKER_LOST_WAIT = env_float("CELERY_WORKER_LOST_WAIT", 0.1)
+# Celery's prefork pool, checking on its processes every 0.25 s instead of every 5 s.
+CELERY_WORKER_POOL = "continuity.delivery.worker_pool:TaskPool"
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SOFT_TIME_LIMIT = env_float("CELERY_TASK_SOFT_TIME_LIMIT", 300)
