@@ -77,6 +77,7 @@ def page_context(request: HttpRequest, conversation: Conversation | None, form: 
     if conversation is not None:
         # Read before the exchanges: the page then holds at least everything up to this id.
         context["synced_up_to"] = newest_message_id(conversation)
+        context["resync_ms"] = round(settings.CONTINUITY_PAGE_RESYNC_SECONDS * 1000)
         # Newest first; `before` (the older-page link without script) and `since` (a search
         # result) open further back.
         context["page"] = exchanges_page(

@@ -292,6 +292,10 @@ CONTINUITY_PUBLISH_PAUSE_SECONDS = env_float("CONTINUITY_PUBLISH_PAUSE_SECONDS",
 # A live update waits this long for the ones that follow it, to go out with them in one round
 # trip: far below what a person notices, and a tenth of CONTINUITY_STREAM_FLUSH_SECONDS.
 CONTINUITY_PUBLISH_LINGER_SECONDS = env_float("CONTINUITY_PUBLISH_LINGER_SECONDS", 0.01)
+# Since live updates may be lost, an open page asks again for its queued and unfinished
+# exchanges, each time at a random moment within this many seconds (full jitter, so pages that
+# lost the same updates do not all ask at once); 0: only when the slow hint appears.
+CONTINUITY_PAGE_RESYNC_SECONDS = env_float("CONTINUITY_PAGE_RESYNC_SECONDS", 15)
 
 # Delivery: acks-late with rejection on worker loss, one prefetched message per process.
 # The visibility timeout must exceed the hard time limit (no countdown tasks are used): the

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
+import signal
+from collections.abc import Iterator
 
 from continuity.ops.redis_server import RedisServer
 
@@ -26,3 +29,15 @@ def session_redis_server() -> RedisServer:
     if _server is None:
         raise RuntimeError("This process did not start the session's redis-server.")
     return _server
+
+
+@contextlib.contextmanager
+def session_redis_stalled() -> Iterator[None]:
+    """The session's redis-server frozen (SIGSTOP) for the block, as a stalled Redis is: the
+    kernel still accepts connections and commands, and nothing is answered until it goes on."""
+    pid = session_redis_server().process.pid
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)

@@ -76,7 +76,24 @@
     return false;
   }
 
-  function tickHints() {
+  const pending = (el) => el.dataset.state === "queued" || el.dataset.state === "processing";
+
+  // A catch-up sends the status again: the same one stays in place (its live region is not read
+  // out again, a focused *Retry now* keeps focus), as does a countdown that still agrees.
+  function sameStatus(current, incoming) {
+    const kind = (el) =>
+      [el.dataset.state, !!el.querySelector("[data-paused]"), !!el.querySelector("[data-retry]")].join();
+    if (kind(current) !== kind(incoming)) return false;
+    const countdown = incoming.querySelector("[data-countdown]");
+    if (!countdown) return true;
+    const now = performance.now();
+    const end = now + Number(countdown.dataset.retryIn) * 1000;
+    const counting = current === shownStatus && countdownEnd !== null && countdownEnd > now;
+    return counting && Math.abs(end - countdownEnd) < 2000;
+  }
+
+  // onSlow: called when the hint appears, which may be the only sign that updates were lost.
+  function tickHints(onSlow) {
     const now = performance.now();
     const status = document.getElementById("conversation-status");
     const waitExplained = tickCountdown(status, now) || !!status?.querySelector("[data-paused]");
@@ -84,10 +101,12 @@
     if (!hint) return;
     const slow = [...document.querySelectorAll("[data-exchange]")].some(
       (el) =>
-        (el.dataset.state === "queued" || el.dataset.state === "processing") &&
+        pending(el) &&
         now - (lastProgress.get(Number(el.dataset.messageId)) ?? pageStart) > SLOW_AFTER_MS,
     );
+    const wasHidden = hint.hidden;
     hint.hidden = waitExplained || !slow;
+    if (wasHidden && !hint.hidden) onSlow();
   }
 
   // Exchanges that a new version or a switch of versions hid: (version, seq) at removal, so
@@ -106,9 +125,13 @@
     const current = document.getElementById(incoming.id);
     const id = Number(incoming.dataset.messageId);
     awaitingSync.delete(id);
-    progressed(id);
     if (removedAt.has(id) && olderThan(rank(incoming), removedAt.get(id))) return;
     if (current && olderThan(rank(incoming), rank(current))) return;
+    // Catch-ups render pending exchanges again and again: one that has not changed is neither
+    // progress (a slow hint stays) nor replaced (focus, a selection, the streamed text stay).
+    const unchanged = current && !olderThan(rank(current), rank(incoming));
+    if (unchanged && pending(current) && current.dataset.state === incoming.dataset.state) return;
+    if (!unchanged) progressed(id);
     if ("hidden" in incoming.dataset) {
       removedAt.set(id, rank(incoming));
       current?.remove();
@@ -525,6 +548,23 @@
       socket.send(JSON.stringify({ type: "sync", after: syncedUpTo, pending }));
     }
 
+    // Live updates are at-most-once (a stalled Redis drops them, see the README): while an
+    // exchange is queued or being answered the page asks for it again, at a random moment
+    // within resyncMs each time (full jitter: pages that lost the same updates do not all ask
+    // at once), and when the slow hint appears.
+    const resyncMs = Number(main.dataset.resyncMs ?? 15000);
+    function resyncPending() {
+      const ids = unfinishedIds();
+      if (ids.length) sync(ids);
+    }
+    function resyncLater() {
+      setTimeout(() => {
+        resyncPending();
+        resyncLater();
+      }, Math.random() * resyncMs);
+    }
+    if (resyncMs > 0) resyncLater();
+
     function syncOne(messageId) {
       if (awaitingSync.has(messageId)) return;
       awaitingSync.add(messageId);
@@ -574,7 +614,7 @@
       else if (event.type === "status") {
         const status = document.getElementById("conversation-status");
         const incoming = fragmentOf(event.html).getElementById("conversation-status");
-        if (status && incoming) {
+        if (status && incoming && !sameStatus(status, incoming)) {
           status.replaceWith(incoming);
           htmx.process(incoming); // its *Retry now* form posts with htmx (and the CSRF header)
         }
@@ -613,6 +653,7 @@
     }
 
     open();
+    return resyncPending;
   }
 
   document.addEventListener("DOMContentLoaded", () => {
@@ -627,9 +668,9 @@
     const main = document.getElementById("conversation");
     if (!main) return; // other pages (memory, account) open at their top
     document.querySelectorAll("[data-exchange]").forEach((el) => noteState(el, { quietly: true }));
-    liveChannel(main);
-    setInterval(tickHints, 500);
-    tickHints();
+    const resync = liveChannel(main);
+    setInterval(() => tickHints(resync), 500);
+    tickHints(resync);
     // A search result links to its exchange; otherwise the conversation opens at its end.
     const hash = location.hash.slice(1);
     const linked = hash.startsWith("exchange-") && document.getElementById(hash);

@@ -7,6 +7,7 @@ the page's socket, so what the page must do (skip, repair, catch up) is certain.
 from __future__ import annotations
 
 import re
+import time
 import uuid
 
 import pytest
@@ -15,19 +16,26 @@ from playwright.sync_api import Page, expect
 from continuity.delivery.attempts import attempt_begin, attempt_finish
 from continuity.delivery.inbox import message_accept
 from continuity.delivery.processing import chunk_store
-from continuity.live.events import publish_reply_chunk
+from continuity.live.events import publish_reply_chunk, publisher
 from continuity.models import ReplyChunk
 from tests.browser.helpers import log_in, off_the_loop
 from tests.factories import ConversationFactory, UserFactory
 from tests.processes import WebProcess
+from tests.redis_server import session_redis_stalled
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+REPLY = "Hello world, all done."
 
 
 @pytest.fixture
 def streaming(page: Page, processes):
-    """A page showing chunk 1 of a running attempt, and that attempt."""
-    web = processes.add(WebProcess())
+    return open_streaming(page, processes)
+
+
+def open_streaming(page: Page, processes, **web_env: str):
+    """A page showing chunk 1 of a running attempt: its web process, the message, the attempt."""
+    web = processes.add(WebProcess(**web_env))
     user = UserFactory()
     conversation = ConversationFactory(owner=user)
     message = message_accept(conversation=conversation, text="Say hello", client_id=uuid.uuid4())
@@ -77,11 +85,45 @@ def test_a_reply_that_finished_while_the_socket_was_down_is_caught_up(
     web.kill_all()
     expect(page.locator("[data-live-indicator]")).to_have_text(re.compile("reconnecting"))
     off_the_loop(chunk_store, run=run, seq=2, text="world")  # published to nobody
-    off_the_loop(attempt_finish, run=run, reply_text="Hello world, all done.")
+    off_the_loop(attempt_finish, run=run, reply_text=REPLY)
 
     processes.add(WebProcess(port=web.port))
     expect(page.locator("[data-live-indicator]")).to_have_text("live", timeout=15_000)
-    exchange = page.locator(f"#exchange-{message.pk}")
-    expect(exchange.locator(".bubble.assistant.markdown")).to_have_text("Hello world, all done.")
-    expect(exchange.locator(".state")).to_have_text(re.compile("Done"))
+    expect_answered(page, message)
     assert page.evaluate("window.__sameDocument") is True  # caught up without a reload
+
+
+def expect_answered(page: Page, message, timeout: float = 5_000) -> None:
+    exchange = page.locator(f"#exchange-{message.pk}")
+    expect(exchange.locator(".state")).to_have_text(re.compile("Done"), timeout=timeout)
+    expect(exchange.locator(".bubble.assistant.markdown")).to_have_text(REPLY)
+    expect(page.locator("[data-answer-status]")).to_have_text("Answered")
+
+
+def reply_committed_in_a_redis_stall(run) -> None:
+    """The attempt's reply commits while Redis is frozen: its live update times out, and the
+    publisher drops what follows for a while. The page is left showing "Answering…", its socket
+    open (daphne's channel-layer reads wait longer than the stall)."""
+    with session_redis_stalled():
+        off_the_loop(attempt_finish, run=run, reply_text=REPLY)
+        assert publisher().flush(timeout=10)
+        assert publisher().paused_until > time.monotonic(), "the publish should have failed"
+
+
+def test_a_reply_a_redis_stall_kept_from_the_page_comes_with_the_slow_hint(page: Page, processes):
+    # No periodic catch-up: the slow hint's is the only one that can bring the reply.
+    _, message, run = open_streaming(page, processes, CONTINUITY_PAGE_RESYNC_SECONDS="0")
+    reply_committed_in_a_redis_stall(run)
+    expect(page.locator(f"#exchange-{message.pk} .state")).to_have_text("Answering…")
+    # The hint shows 5 s after the last chunk; the reply follows it at once.
+    expect_answered(page, message, timeout=12_000)
+
+
+def test_a_reply_a_redis_stall_kept_from_the_page_comes_within_15_s(page: Page, processes):
+    _, message, run = open_streaming(page, processes)
+    # Already shown, so its own catch-up is spent: only the periodic one can bring the reply.
+    expect(page.locator("[data-slow-hint]")).to_be_visible(timeout=10_000)
+    reply_committed_in_a_redis_stall(run)
+    expect(page.locator(f"#exchange-{message.pk} .state")).to_have_text("Answering…")
+    expect_answered(page, message, timeout=15_000 + 5_000)
+    expect(page.locator("[data-slow-hint]")).to_be_hidden()
