@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import random
 import threading
 from importlib import import_module
 from types import SimpleNamespace
@@ -45,6 +46,7 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
 
     groups_joined: tuple[str, ...] = ()
     renderer: asyncio.Task | None = None
+    rejoiner: asyncio.Task | None = None
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -85,12 +87,34 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
         for group in self.groups_joined:
             await self.channel_layer.group_add(group, self.channel_name)
         await self.accept()
+        self.rejoiner = asyncio.create_task(self.rejoin_groups())
 
     async def disconnect(self, code: int) -> None:
         if self.renderer is not None:
             self.renderer.cancel()
+        if self.rejoiner is not None:  # first, or it could join again after the discards
+            self.rejoiner.cancel()
         for group in self.groups_joined:
             await self.channel_layer.group_discard(group, self.channel_name)
+
+    async def rejoin_groups(self) -> None:
+        """A channel layer forgets a group member group_expiry after it joined (channels-redis:
+        86400 s), and a socket open longer would receive nothing. Joining again renews the
+        membership: each wait is drawn at random up to half the expiry (full jitter, so the
+        sockets opened together after a restart do not rejoin together), which leaves the other
+        half for a rejoin that failed (Redis away) and for clocks that differ between hosts."""
+        expiry = getattr(self.channel_layer, "group_expiry", None)
+        if not expiry:
+            return
+        while True:
+            await asyncio.sleep(random.uniform(0, expiry / 2))
+            try:
+                for group in self.groups_joined:
+                    await self.channel_layer.group_add(group, self.channel_name)
+            except Exception:  # the next turn tries again; the page catches up by its syncs
+                logger.warning(
+                    "Socket %s could not rejoin its groups", self.channel_name, exc_info=True
+                )
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         sync, error = parse_sync_frame(text_data)

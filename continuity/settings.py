@@ -281,6 +281,9 @@ CHANNEL_LAYERS = {
             ],
             "capacity": 1500,
             "expiry": 30,
+            # A group forgets a member this long after it joined: open sockets join again
+            # before that (chat/consumers.py), so a page open for days still receives.
+            "group_expiry": env_int("CHANNEL_GROUP_EXPIRY_SECONDS", 86400),
         },
     }
 }

@@ -16,12 +16,13 @@ from playwright.sync_api import Page, expect
 from continuity.delivery.attempts import attempt_begin, attempt_finish
 from continuity.delivery.inbox import message_accept
 from continuity.delivery.processing import chunk_store
-from continuity.live.events import publish_reply_chunk, publisher
+from continuity.live.events import publish_reply_chunk, publisher, publisher_close
 from continuity.models import ReplyChunk
 from tests.browser.helpers import log_in, off_the_loop
 from tests.factories import ConversationFactory, UserFactory
 from tests.processes import WebProcess
 from tests.redis_server import session_redis_stalled
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -127,3 +128,43 @@ def test_a_reply_a_redis_stall_kept_from_the_page_comes_within_15_s(page: Page, 
     expect(page.locator(f"#exchange-{message.pk} .state")).to_have_text("Answering…")
     expect_answered(page, message, timeout=15_000 + 5_000)
     expect(page.locator("[data-slow-hint]")).to_be_hidden()
+
+
+GROUP_EXPIRY = 2
+
+
+@pytest.fixture
+def short_group_expiry(settings):
+    """Channel groups that expire after GROUP_EXPIRY seconds, in this process (whose publisher
+    drops members older than that) and in the web process (whose joins set the groups' TTL in
+    Redis): the environment for the web process."""
+    layer = settings.CHANNEL_LAYERS["default"]
+    config = {**layer["CONFIG"], "group_expiry": GROUP_EXPIRY}
+    settings.CHANNEL_LAYERS = {"default": {**layer, "CONFIG": config}}
+    publisher_close()
+    yield {"CHANNEL_GROUP_EXPIRY_SECONDS": str(GROUP_EXPIRY)}
+    publisher_close()
+
+
+def test_a_page_open_longer_than_the_group_expiry_still_receives(
+    page: Page, processes, short_group_expiry
+):
+    web = processes.add(WebProcess(**short_group_expiry))
+    user = UserFactory()
+    conversation = ConversationFactory(owner=user)
+    log_in(page, web, user.username)
+    page.goto(f"{web.url}/c/{conversation.pk}/")
+    expect(page.locator("[data-live-indicator]")).to_have_text("live")
+    page.evaluate("window.__sameDocument = true")
+    opened = time.monotonic()
+    wait_for(
+        lambda: time.monotonic() - opened > 3 * GROUP_EXPIRY,
+        timeout=4 * GROUP_EXPIRY,
+        what="the page's socket to outlive its groups' expiry",
+    )
+    # Sent from another tab: nothing is pending on this page, so only its live event brings it.
+    message = message_accept(
+        conversation=conversation, text="From the other tab", client_id=uuid.uuid4()
+    )
+    expect(page.locator(f"#exchange-{message.pk}")).to_contain_text("From the other tab")
+    assert page.evaluate("window.__sameDocument") is True

@@ -6,7 +6,9 @@ import asyncio
 import uuid
 
 import pytest
+import redis
 from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 from django.conf import settings
 from django.test import Client
@@ -14,7 +16,13 @@ from django.test import Client
 from continuity.asgi import application
 from continuity.delivery.attempts import attempt_begin
 from continuity.delivery.inbox import message_accept
-from continuity.live.events import publish_message_changed, publish_reply_chunk, publisher_flush
+from continuity.live.events import (
+    conversation_group,
+    publish_message_changed,
+    publish_reply_chunk,
+    publisher_close,
+    publisher_flush,
+)
 from continuity.models import ReplyChunk
 from tests.factories import ConversationFactory, UserFactory
 from tests.postgres import another_session
@@ -154,6 +162,52 @@ def test_published_events_reach_the_socket(owned):
         "text": "Hel",
     }
     assert exchange["type"] == "exchanges" and f"exchange-{message.pk}" in exchange["html"]
+
+
+GROUP_EXPIRY = 1
+
+
+@pytest.fixture
+def short_group_expiry(settings):
+    """Channel groups that forget a member GROUP_EXPIRY seconds after it joined, for the
+    consumer and for the publisher (which drops members older than that)."""
+    layer = settings.CHANNEL_LAYERS["default"]
+    config = {**layer["CONFIG"], "group_expiry": GROUP_EXPIRY}
+    settings.CHANNEL_LAYERS = {"default": {**layer, "CONFIG": config}}
+    publisher_close()
+    yield
+    publisher_close()
+
+
+def test_a_socket_joins_its_groups_again_before_they_forget_it(owned, short_group_expiry):
+    owner, conversation, message = owned
+    headers = session_headers(owner)
+    group_key = get_channel_layer()._group_key(conversation_group(conversation.pk))
+    client = redis.Redis.from_url(settings.REDIS_URL)
+
+    def joined_at() -> float:
+        members = client.zrange(group_key, 0, -1, withscores=True)
+        return members[0][1] if len(members) == 1 else 0.0
+
+    async def scenario():
+        socket = communicator(conversation.pk, headers)
+        assert (await socket.connect())[0]
+        first = joined_at()
+        # Joined again after more than two expiries: the first membership would be long gone.
+        await asyncio.to_thread(
+            wait_for,
+            lambda: joined_at() > first + 2 * GROUP_EXPIRY,
+            timeout=10 * GROUP_EXPIRY,
+            what="the socket to join its conversation's group again",
+        )
+        publish_message_changed(conversation_id=conversation.pk, message_id=message.pk)
+        exchange = await socket.receive_json_from(timeout=5)
+        await socket.disconnect()
+        return exchange
+
+    exchange = async_to_sync(scenario)()
+    assert exchange["type"] == "exchanges" and f"exchange-{message.pk}" in exchange["html"]
+    assert not client.exists(group_key)  # and left it when it closed
 
 
 @pytest.mark.postgresql("locks the messages table from another session, which SQLite does not have")
