@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -10,6 +11,8 @@ from typing import Protocol
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,18 @@ def brain_choices() -> list[tuple[str, str]]:
         brain = import_string(settings.CONTINUITY_BRAINS[name])
         choices.append((name, brain.label() if hasattr(brain, "label") else name))
     return choices
+
+
+def brains_import() -> None:
+    """Import every configured brain's module now (a worker's process does at its start): an
+    attempt loads its brain while it holds its conversation's lock, where a first import (the
+    openai client's takes about a second) would keep every other writer waiting."""
+    for path in settings.CONTINUITY_BRAINS.values():
+        try:
+            import_string(path)
+        except ImportError:
+            # Said where it matters: each attempt that needs it fails to load it, untouched.
+            logger.exception("Brain %s cannot be imported", path)
 
 
 def brain_load(name: str = "") -> Brain:

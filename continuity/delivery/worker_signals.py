@@ -10,6 +10,7 @@ from celery.signals import (
     task_prerun,
     task_received,
     worker_init,
+    worker_process_init,
     worker_process_shutdown,
     worker_ready,
     worker_shutdown,
@@ -17,6 +18,7 @@ from celery.signals import (
 )
 from django.db import DatabaseError, InterfaceError, close_old_connections, connection
 
+from ..brains import brains_import
 from ..live.events import publisher_flush
 from .heartbeats import WorkerHeartbeat
 from .inbox import drain_received
@@ -33,6 +35,11 @@ _heartbeats: dict[str, WorkerHeartbeat] = {}
 def on_worker_init(sender, **kwargs) -> None:
     # Before the pool is forked, so every pool process inherits this start's id.
     incarnation_begin()
+
+
+@worker_process_init.connect
+def on_worker_process_init(**kwargs) -> None:
+    brains_import()  # not inside an attempt's locked span
 
 
 @worker_process_shutdown.connect
