@@ -227,41 +227,32 @@ def attempt_execute(*, begun: Begun, node: str = "", turn_ends: float = 0.0) -> 
             # waits the server's backoff. Within an outage (the server is marked unavailable)
             # the give-back is not even counted as an interruption.
             down = backend_failed(exc.backend, reason=str(exc), retry_after=exc.retry_after)
-            record_when_database_returns(
-                partial(
-                    attempt_end,
-                    run_id=run.pk,
-                    state=Run.State.INTERRUPTED,
-                    error=f"{MODEL_UNAVAILABLE}: {exc}",
-                    wait=down.wait,
-                    counted=not down.unavailable,
-                ),
-                stopped=heartbeat.stopped,
+            attempt_end_recorded(
+                run,
+                heartbeat.stopped,
+                state=Run.State.INTERRUPTED,
+                error=f"{MODEL_UNAVAILABLE}: {exc}",
+                wait=down.wait,
+                counted=not down.unavailable,
             )
         except DATABASE_ERRORS as exc:
             # Given back like a planned interruption: no crash, no attempt used up.
-            recorded = record_when_database_returns(
-                partial(
-                    attempt_end,
-                    run_id=run.pk,
-                    state=Run.State.INTERRUPTED,
-                    error=f"{DATABASE_LOST}: {type(exc).__name__}: {exc}",
-                ),
-                stopped=heartbeat.stopped,
+            recorded = attempt_end_recorded(
+                run,
+                heartbeat.stopped,
+                state=Run.State.INTERRUPTED,
+                error=f"{DATABASE_LOST}: {type(exc).__name__}: {exc}",
             )
             if not recorded:
                 outage_note(run.pk)  # the watchdog then ends it as interrupted
         except Exception as exc:  # any failure of a step is recorded, then retried or given up
-            record_when_database_returns(
-                partial(
-                    attempt_end,
-                    run_id=run.pk,
-                    state=Run.State.FAILED,
-                    error=f"{type(exc).__name__}: {exc}",
-                    traceback=traceback.format_exc(),
-                    permanent=isinstance(exc, PERMANENT_ERRORS),
-                ),
-                stopped=heartbeat.stopped,
+            attempt_end_recorded(
+                run,
+                heartbeat.stopped,
+                state=Run.State.FAILED,
+                error=f"{type(exc).__name__}: {exc}",
+                traceback=traceback.format_exc(),
+                permanent=isinstance(exc, PERMANENT_ERRORS),
             )
     if answered:  # after the heartbeat stopped: the attempt is over
         try:
@@ -291,6 +282,11 @@ def conversation_title(*, context: Context, brain: Brain, reply: str) -> None:
     title = title_from_text(brain.title(context, reply))
     if title and conversation.update(title=title):
         publish_conversation_changed(conversation_id=context.conversation_id)
+
+
+def attempt_end_recorded(run: Run, stopped: Event, **end: object) -> bool:
+    """`attempt_end` of the run, recorded even if the database is away for a while."""
+    return record_when_database_returns(partial(attempt_end, run_id=run.pk, **end), stopped=stopped)
 
 
 def record_when_database_returns(record: Callable[[], object], *, stopped: Event) -> bool:
