@@ -9,6 +9,8 @@ from pathlib import Path
 
 import dj_database_url
 
+from continuity.live.layer_connection import Connection as LayerConnection
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("CONTINUITY_VAR_DIR", BASE_DIR / "var"))
 
@@ -277,6 +279,8 @@ CHANNEL_LAYERS = {
                     "socket_timeout": 15,
                     "socket_connect_timeout": 5,
                     "max_connections": 1000,
+                    # Keeps a cancellation that arrives during a command's write (Python 3.11).
+                    "connection_class": LayerConnection,
                 }
             ],
             "capacity": 1500,

@@ -233,7 +233,9 @@ def redis_of(host: dict, *, timeout: float) -> redis.Redis:
     whose sockets give up after `timeout`, with no retries: a live update is not worth
     waiting for."""
     options = {
-        key: value for key, value in host.items() if key not in ("address", "max_connections")
+        key: value
+        for key, value in host.items()
+        if key not in ("address", "max_connections", "connection_class")  # the layer's own
     }
     options.update(socket_timeout=timeout, socket_connect_timeout=timeout, retry=None)
     if "address" in host:

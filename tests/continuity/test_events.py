@@ -165,3 +165,31 @@ async def received_until_quiet(layer, page: str) -> list[dict]:
             async with asyncio.timeout(0.5):
                 received.append(await layer.receive(page))
     return received
+
+
+def test_a_receive_cancelled_at_any_point_of_its_first_commands_ends():
+    """A page's receive, cancelled (its socket closed, its consumer cancelled) at any turn of
+    the event loop while its new connection says hello and it sends its first commands, ends
+    at once. On Python 3.11 redis-py's write under asyncio.wait_for lost a cancellation that
+    came as the write completed: the receive polled Redis forever and its consumer never ended
+    (layer_connection)."""
+    from channels_redis.core import RedisChannelLayer
+
+    async def cancelled_after(turns: int) -> bool:
+        layer = RedisChannelLayer(**django_settings.CHANNEL_LAYERS["default"]["CONFIG"])
+        receive = asyncio.ensure_future(layer.receive(await layer.new_channel()))
+        for _ in range(turns):
+            await asyncio.sleep(0)
+        receive.cancel()
+        # A cancelled receive ends in the same turn; one that lost it would wait out BZPOPMIN.
+        await asyncio.wait([receive], timeout=10)
+        ended = receive.done()
+        receive.cancel()  # one that lost it hears a second cancellation in BZPOPMIN
+        await asyncio.wait([receive], timeout=10)
+        await layer.flush()
+        return ended
+
+    async def hung() -> list[int]:
+        return [turns for turns in range(40) if not await cancelled_after(turns)]
+
+    assert async_to_sync(hung)() == []
