@@ -37,10 +37,15 @@ def wait_streaming(message) -> Run:
 
 
 def lock_waiters() -> int:
-    """Database sessions of the test database that are waiting for a row or table lock."""
+    """Database sessions of the test database that are waiting for a row or table lock.
+
+    PostgreSQL reads pg_stat_activity once per transaction and keeps that snapshot: a caller
+    inside a transaction (a test holding the lock others wait for) would never see a session
+    that connected after its first look. The snapshot is dropped before each count."""
     from django.db import connection
 
     with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_clear_snapshot()")
         cursor.execute(
             "SELECT count(DISTINCT l.pid) FROM pg_locks l JOIN pg_stat_activity a USING (pid) "
             "WHERE NOT l.granted AND a.datname = current_database()"
