@@ -99,15 +99,17 @@ def brain_choices() -> list[tuple[str, str]]:
 
 
 def brains_import() -> None:
-    """Import every configured brain's module now (a worker's process does at its start): an
-    attempt loads its brain while it holds its conversation's lock, where a first import (the
-    openai client's takes about a second) would keep every other writer waiting."""
-    for path in settings.CONTINUITY_BRAINS.values():
+    """Import the brains that conversations may use (the default and the choices) now: a
+    worker does before it forks its pool, so every pool process has them. An attempt loads its
+    brain while it holds its conversation's lock, where a first import (the openai client's
+    takes about a second) would keep every other writer waiting."""
+    for name in {settings.CONTINUITY_BRAIN, *settings.CONTINUITY_BRAIN_CHOICES}:
+        path = settings.CONTINUITY_BRAINS.get(name, "")
         try:
             import_string(path)
         except ImportError:
             # Said where it matters: each attempt that needs it fails to load it, untouched.
-            logger.exception("Brain %s cannot be imported", path)
+            logger.exception("Brain %s cannot be imported", path or name)
 
 
 def brain_load(name: str = "") -> Brain:

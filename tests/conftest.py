@@ -57,7 +57,8 @@ def pytest_report_header(config):
 
 
 def pytest_sessionstart(session):
-    if not browser_run(session.config):  # the browser run follows the main one: keep its logs
+    # The SQLite lane and the browser run follow the main one: they keep its processes' logs.
+    if not browser_run(session.config) and connection.vendor == "postgresql":
         shutil.rmtree(ARTIFACTS, ignore_errors=True)
 
 

@@ -10,7 +10,6 @@ from celery.signals import (
     task_prerun,
     task_received,
     worker_init,
-    worker_process_init,
     worker_process_shutdown,
     worker_ready,
     worker_shutdown,
@@ -33,13 +32,10 @@ _heartbeats: dict[str, WorkerHeartbeat] = {}
 
 @worker_init.connect
 def on_worker_init(sender, **kwargs) -> None:
-    # Before the pool is forked, so every pool process inherits this start's id.
+    # Before the pool is forked, so every pool process inherits this start's id, and the
+    # brains' modules (not imported inside an attempt's locked span).
     incarnation_begin()
-
-
-@worker_process_init.connect
-def on_worker_process_init(**kwargs) -> None:
-    brains_import()  # not inside an attempt's locked span
+    brains_import()
 
 
 @worker_process_shutdown.connect

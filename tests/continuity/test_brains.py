@@ -1,5 +1,5 @@
-"""The agent port's loading: a worker's processes import every brain when they start, not while
-an attempt holds its conversation's lock."""
+"""The agent port's loading: a worker imports the brains conversations may use before it forks
+its pool, not while an attempt holds its conversation's lock."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from celery.signals import worker_process_init
+from celery.signals import worker_init
 from django.conf import settings
 
 from continuity.brains import brains_import
@@ -19,18 +19,22 @@ pytestmark = pytest.mark.django_db  # the session fixture that ends leftover ses
 PROBE = """
 import sys, django
 django.setup()
-from continuity.delivery.worker_signals import on_worker_process_init
-on_worker_process_init()
+from continuity.delivery.worker_signals import on_worker_init
+on_worker_init(sender=None)
 print(sorted(name for name in sys.modules if name.startswith("chat.brains")))
 """
 
 
-def test_a_pool_process_imports_every_brain_when_it_starts():
-    receivers = [receiver() for _, receiver in worker_process_init.receivers]
-    assert worker_signals.on_worker_process_init in receivers
+def test_a_worker_imports_the_brains_it_may_use_before_it_forks():
+    receivers = [receiver() for _, receiver in worker_init.receivers]
+    assert worker_signals.on_worker_init in receivers
     probe = subprocess.run(
         [sys.executable, "-c", PROBE],
-        env={**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings"},
+        env={
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "tests.settings",
+            "CONTINUITY_BRAIN_CHOICES": "builtin,openai",
+        },
         capture_output=True,
         text=True,
         timeout=60,
@@ -41,5 +45,6 @@ def test_a_pool_process_imports_every_brain_when_it_starts():
 
 def test_a_brain_that_cannot_be_imported_does_not_stop_the_process(settings, caplog):
     settings.CONTINUITY_BRAINS = {**settings.CONTINUITY_BRAINS, "broken": "no.such.Brain"}
+    settings.CONTINUITY_BRAIN_CHOICES = ["builtin", "broken"]
     brains_import()
     assert "Brain no.such.Brain cannot be imported" in caplog.text
