@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import redis
 from django.conf import settings
+from django.db import DatabaseError, InterfaceError
 
 from ..models import Alert
 from .heartbeats import redis_client
@@ -40,22 +41,32 @@ def backend_delay(failures: int) -> float:
 
 
 def backend_failed(backend: str, *, reason: str, retry_after: float | None) -> BackendDown:
-    """Count a failure of the server; its next try waits its backoff, or what it asked for."""
-    client = redis_client()
-    key = backend_key(backend)
-    failures = int(client.hincrby(key, "failures", 1))
-    seconds, micros = client.time()
-    wait = max(backend_delay(failures), retry_after or 0.0)
-    client.hset(key, mapping={"until": seconds + micros / 1e6 + wait, "reason": reason})
-    client.expire(key, STATE_SECONDS)
+    """Count a failure of the server; its next try waits its backoff, or what it asked for.
+    Without Redis the failure is not shared: this conversation waits the first backoff."""
+    try:
+        client = redis_client()
+        key = backend_key(backend)
+        failures = int(client.hincrby(key, "failures", 1))
+        seconds, micros = client.time()
+        wait = max(backend_delay(failures), retry_after or 0.0)
+        client.hset(key, mapping={"until": seconds + micros / 1e6 + wait, "reason": reason})
+        client.expire(key, STATE_SECONDS)
+    except redis.RedisError:
+        logger.warning("Failure of model server %s not shared: Redis unavailable", backend)
+        return BackendDown(
+            failures=1, wait=max(backend_delay(1), retry_after or 0.0), reason=reason
+        )
     down = BackendDown(failures=failures, wait=wait, reason=reason)
     if failures == settings.CONTINUITY_BACKEND_UNAVAILABLE_AFTER:
         logger.error("Model server %s unavailable after %s failures: %s", backend, failures, reason)
-        Alert.objects.create(
-            kind=Alert.Kind.MODEL_UNAVAILABLE,
-            text=f"{reason} It failed {failures} times in a row; its conversations wait and "
-            "are answered in order once it is back.",
-        )
+        try:
+            Alert.objects.create(
+                kind=Alert.Kind.MODEL_UNAVAILABLE,
+                text=f"{reason} It failed {failures} times in a row; its conversations wait "
+                "and are answered in order once it is back.",
+            )
+        except (DatabaseError, InterfaceError):
+            logger.exception("Alert for model server %s not stored", backend)
     return down
 
 

@@ -114,3 +114,18 @@ def test_a_server_that_is_down_and_comes_back_costs_no_attempt_and_answers_in_or
     assert Message.objects.filter(role="user", state="done", attempts=1).count() == 4
     assert not CrashRecord.objects.exists() and not DeadLetter.objects.exists()
     assert backend_down(backend) is None
+
+
+def test_without_redis_a_failure_waits_the_first_backoff_unshared(monkeypatch, settings):
+    import redis
+
+    from continuity.delivery import backends
+
+    settings.CONTINUITY_BACKEND_BACKOFF_SECONDS = [5.0, 10.0]
+    unreachable = redis.Redis(port=free_port(), socket_connect_timeout=0.5)
+    monkeypatch.setattr(backends, "redis_client", lambda: unreachable)
+
+    down = backends.backend_failed("openai http://x/v1", reason="refused", retry_after=None)
+
+    assert (down.failures, down.wait, down.unavailable) == (1, 5.0, False)
+    assert not Alert.objects.exists()
