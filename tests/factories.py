@@ -11,17 +11,15 @@ PASSWORD = "correct horse battery staple"
 
 
 class UserFactory(factory.django.DjangoModelFactory):
+    """Saved once, with its password already hashed: a second save that set the password would
+    look like a password change to chat.signals, whose "session ended" event (published after a
+    10 ms linger) could then close a socket the test opened for the new user."""
+
     class Meta:
         model = get_user_model()
-        skip_postgeneration_save = True
 
     username = factory.Sequence(lambda n: f"user{n}")
-    password = factory.PostGenerationMethodCall("set_password", PASSWORD)
-
-    @factory.post_generation
-    def saved(self, create, extracted, **kwargs):
-        if create:
-            self.save()
+    password = factory.django.Password(PASSWORD)
 
 
 class ConversationFactory(factory.django.DjangoModelFactory):

@@ -8,7 +8,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.urls import reverse
 
-from tests.factories import PASSWORD
+from tests.factories import PASSWORD, UserFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -77,3 +77,12 @@ def test_a_wrong_old_password_is_shown_as_an_error(owner_client):
     html = response.content.decode()
     assert response.status_code == 200
     assert 'role="alert"' in html and "Your old password was entered incorrectly" in html
+
+
+def test_a_new_user_ends_no_session(django_capture_on_commit_callbacks):
+    """A "session ended" event for a user made a moment ago would close the socket a test (or
+    a page) opens for them as soon as the event's linger is over."""
+    with django_capture_on_commit_callbacks() as callbacks:
+        UserFactory()
+        get_user_model().objects.create_user("ada", password="a password of hers")
+    assert callbacks == []

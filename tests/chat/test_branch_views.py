@@ -160,9 +160,6 @@ def test_the_page_shows_the_newest_exchanges_and_loads_older_ones(chat):
     assert bad.status_code == 400
 
 
-@pytest.mark.postgresql(
-    "its socket was closed once in the SQLite lane, not yet explained: on PostgreSQL until it is"
-)
 @pytest.mark.django_db(transaction=True)
 def test_open_pages_are_told_which_exchanges_to_hide_and_show(chat):
     owner = chat.owner
