@@ -34,27 +34,13 @@ class BackendUnavailable(Exception):
         self.retry_after = retry_after
 
 
-class BackendWaiting(Exception):
-    """The brain's model server is marked unavailable: the attempt about to begin is taken
-    back unbegun, and its conversation waits `seconds` for the next try."""
-
-    def __init__(self, message: str, *, run, seconds: float) -> None:
-        super().__init__(message)
-        self.run = run
-        self.seconds = seconds
-
-
 class AttemptStopped(Exception):
     """This attempt no longer owns its message (superseded, reaped or interrupted): stop quietly."""
 
 
 class WorkerStopping(Exception):
-    """A planned shutdown of this worker began: it begins no further attempt. `run`: the
-    attempt that was about to begin, which its transaction must not keep."""
-
-    def __init__(self, message: str, *, run) -> None:
-        super().__init__(message)
-        self.run = run
+    """A planned shutdown of this worker began: it begins no further attempt (one that was
+    about to is withdrawn first)."""
 
 
 class NextAttemptFailed(Exception):

@@ -187,18 +187,23 @@ def attempt_start(
     return run
 
 
-def attempt_withdraw(run: Run, *, resend: bool = True) -> None:
-    """Inside the transaction that began it, before any of its work: take the attempt back as
-    if it had never begun (its run is deleted, its message queued with its count as it was),
-    and (`resend`) send a drain for the conversation once the transaction commits."""
-    sql.batch(
-        ("DELETE FROM continuity_run WHERE id = %s RETURNING id", [run.pk]),
-        message_bump_statement(
-            message_id=run.message_id, attempts=run.attempt - 1, state=Message.State.QUEUED
-        ),
+@transaction.atomic
+def attempt_withdraw(run: Run) -> bool:
+    """Once its beginning committed, before any of its work: take the attempt back as if it had
+    never begun (its run is deleted, its message queued with its count as it was). Its caller
+    says when the conversation goes on. False, with nothing changed, when the run was already
+    ended elsewhere (a watchdog, a handover): that party decided what follows."""
+    running = Run.objects.select_for_update().filter(pk=run.pk, state=Run.State.RUNNING)
+    if not running.exists():
+        return False
+    running.delete()  # with what its beginning stored: its context, its recovery
+    message_bump(message_id=run.message_id, attempts=run.attempt - 1, state=Message.State.QUEUED)
+    transaction.on_commit(
+        lambda: publish_message_changed(
+            conversation_id=run.conversation_id, message_id=run.message_id
+        )
     )
-    if resend:
-        conversation_enqueue(conversation_id=run.conversation_id)
+    return True
 
 
 def conversation_wait_for_model(*, conversation_id: int, seconds: float) -> None:

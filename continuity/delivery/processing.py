@@ -35,13 +35,13 @@ from ..errors import (
     MODEL_UNAVAILABLE,
     AttemptStopped,
     BackendUnavailable,
-    BackendWaiting,
     NextAttemptFailed,
     PermanentError,
     WorkerStopping,
 )
 from ..live.events import publish_conversation_changed, publish_reply_chunk
 from ..models import Checkpoint, Conversation, Message, ReplyChunk, Run
+from ..ops.faults import fault_point
 from .attempts import (
     Finished,
     attempt_begin,
@@ -94,83 +94,80 @@ def drain_conversation(*, conversation_id: int, node: str = "") -> None:
 
 @dataclass
 class Begun:
-    """An attempt that began, and what it needs, prepared in the transaction that began it."""
+    """An attempt that began, and what it needs, prepared in the transaction that began it.
+    Nothing in that transaction waits on Redis or loads a brain: it holds the conversation's
+    lock, and every writer of the conversation (a send, the watchdog) waits for as long as it
+    runs; a process frozen there held it until the server ended its session."""
 
     run: Run
-    brain: Brain
+    brain_name: str
     stored: dict[str, dict]  # the checkpoints of earlier attempts on the message, by step
     context: Context | None  # None when it needs compacting first
 
 
 class Preparation:
-    """`on_begin` of an attempt: prepares its `Begun` inside the transaction that begins it.
-    Raises WorkerStopping once a planned shutdown of this worker began."""
+    """`on_begin` of an attempt: prepares its `Begun` inside the transaction that begins it."""
 
-    def __init__(self, node: str) -> None:
-        self.node = node
+    def __init__(self) -> None:
         self.begun: Begun | None = None
 
     def __call__(self, run: Run, message: Message, read: list[list[tuple]]) -> None:
-        # A brain that cannot load is this worker's fault, not the message's: it fails here,
-        # and the attempt is rolled back with it.
-        brain = brain_load(message.conversation.brain)
-        backend = getattr(brain, "backend", None)
-        if backend and (down := backend_down(backend)):
-            raise BackendWaiting(
-                f"{down.reason} Next try in {down.wait:.0f} s; run {run.pk} not begun.",
-                run=run,
-                seconds=down.wait,
-            )
+        fault_point("attempt_locked")
         stored = checkpoints_stored(run=run, message=message)
-        # The run's row took its heartbeat when it was inserted, and this transaction may have
-        # run long since (a brain's first import takes a second): without a live key, a sweep
-        # right after the commit, before the heartbeat starts, would take the run for dead.
-        if attempt_key_write(run_id=run.pk, node=self.node):
-            raise WorkerStopping(
-                f"Worker {self.node} is shutting down; run {run.pk} not begun.", run=run
-            )
         context = context_prepare(run=run, message=message, read=read)
-        self.begun = Begun(run=run, brain=brain, stored=stored, context=context)
+        self.begun = Begun(
+            run=run, brain_name=message.conversation.brain, stored=stored, context=context
+        )
 
 
 def attempt_first(*, conversation_id: int, node: str) -> Begun | None:
-    """Begin an attempt on the conversation's oldest pending message, if one may begin now.
-    WorkerStopping, with no attempt begun, once a planned shutdown of this worker began."""
-    preparation = Preparation(node)
-    try:
-        run = attempt_begin(
-            conversation_id=conversation_id,
-            node=node,
-            reads=lambda message: context_statements(message=message),
-            on_begin=preparation,
-        )
-    except BackendWaiting as waiting:  # its transaction rolled back: the attempt never began
-        conversation_wait_for_model(conversation_id=conversation_id, seconds=waiting.seconds)
-        return None
+    """Begin an attempt on the conversation's oldest pending message, if one may begin now."""
+    preparation = Preparation()
+    run = attempt_begin(
+        conversation_id=conversation_id,
+        node=node,
+        reads=lambda message: context_statements(message=message),
+        on_begin=preparation,
+    )
     return preparation.begun if run is not None else None
 
 
 def attempt_next(conversation: Conversation, message: Message, *, node: str) -> Begun | None:
     """Inside the transaction that stores the previous reply (`attempt_finish`): begin the
-    attempt on the next message. Once a planned shutdown of this worker began, it is taken back
-    in that transaction (another worker begins it), and the reply still commits."""
-    preparation = Preparation(node)
-    try:
-        attempt_start(
-            conversation=conversation,
-            message=message,
-            node=node,
-            reads=lambda message: context_statements(message=message),
-            on_begin=preparation,
-        )
-    except WorkerStopping as stopping:
-        attempt_withdraw(stopping.run)
-        return None
-    except BackendWaiting as waiting:
-        attempt_withdraw(waiting.run, resend=False)
-        conversation_wait_for_model(conversation_id=conversation.pk, seconds=waiting.seconds)
-        return None
+    attempt on the next message."""
+    preparation = Preparation()
+    attempt_start(
+        conversation=conversation,
+        message=message,
+        node=node,
+        reads=lambda message: context_statements(message=message),
+        on_begin=preparation,
+    )
     return preparation.begun
+
+
+def attempt_ready(begun: Begun, *, stopping: bool) -> Brain | None:
+    """Once the attempt's beginning committed, with its heartbeat running: its brain, or None
+    when it may not go on now and was withdrawn (its brain's model server is marked unavailable:
+    the conversation waits for the server's next try). WorkerStopping, withdrawn, once a
+    planned shutdown of this worker began (`stopping`): another worker begins it."""
+    run = begun.run
+    if stopping:
+        attempt_withdraw(run)
+        raise WorkerStopping(f"Worker {run.node} is shutting down; run {run.pk} withdrawn.")
+    try:
+        brain = brain_load(begun.brain_name)
+    except Exception:
+        # This worker's fault (a brain it cannot load), not the message's.
+        attempt_withdraw(run)
+        raise
+    backend = getattr(brain, "backend", None)
+    if backend and (down := backend_down(backend)):
+        attempt_withdraw(run)
+        conversation_wait_for_model(conversation_id=run.conversation_id, seconds=down.wait)
+        logger.info("Run %s withdrawn: %s Next try in %.0f s.", run.pk, down.reason, down.wait)
+        return None
+    return brain
 
 
 def attempt_resumes(*, run: Run, message: Message) -> bool:
@@ -192,10 +189,13 @@ def attempt_execute(*, begun: Begun, node: str = "", turn_ends: float = 0.0) -> 
     the drain's turn ends. Until then, the attempt on the next message begins with the reply
     (unless the reply may title the conversation: a model call, made after the commit), or
     more waiting messages are left to the caller."""
-    run, brain, context = begun.run, begun.brain, begun.context
+    run, context = begun.run, begun.context
     answered, finished = False, Finished()
-    # The run's key was written as the attempt began (`Preparation`), a moment ago.
+    stopping = attempt_key_write(run_id=run.pk, node=node)
     with RunHeartbeat(run.pk, key_written=True) as heartbeat:
+        brain = attempt_ready(begun, stopping=stopping)
+        if brain is None:
+            return finished
         try:
             context, reply_text, task_state, remembered = steps_run(
                 run=run,

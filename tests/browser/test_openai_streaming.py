@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import Page, expect
 
+from continuity.ops.fake_model import FakeOpenAI, reply_to, worker_settings
 from tests.browser.helpers import log_in
 from tests.factories import ConversationFactory, UserFactory
-from tests.fake_openai import FakeOpenAI, reply_to, worker_settings
 from tests.processes import ARTIFACTS, WebProcess, WorkerProcess
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

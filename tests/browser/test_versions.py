@@ -8,10 +8,10 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from continuity.models import Message, Run, RunContext
+from continuity.ops.fake_model import FakeOpenAI, worker_settings
 from tests.browser.helpers import accessibility_violations, log_in
 from tests.continuity.test_branches import answered
 from tests.factories import ConversationFactory, UserFactory
-from tests.fake_openai import FakeOpenAI, worker_settings
 from tests.processes import ARTIFACTS, WebProcess, WorkerProcess
 from tests.waiting import wait_for
 

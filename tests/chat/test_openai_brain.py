@@ -12,7 +12,7 @@ import pytest
 from chat.brains.openai import ModelTimeout, OpenAIBrain, prompt_messages
 from continuity.brains import Context, HandoffNote, RecoveryNote, Turn, brain_load
 from continuity.errors import BackendUnavailable, PermanentError
-from tests.fake_openai import FakeOpenAI, reply_to
+from continuity.ops.fake_model import FakeOpenAI, reply_to
 
 
 @pytest.fixture

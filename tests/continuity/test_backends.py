@@ -16,9 +16,9 @@ from continuity.delivery.backends import backend_down
 from continuity.delivery.inbox import message_accept
 from continuity.delivery.processing import drain_conversation
 from continuity.models import Alert, Conversation, CrashRecord, DeadLetter, Message, Run
+from continuity.ops.fake_model import FakeOpenAI, reply_to
 from continuity.ops.redis_server import free_port
 from tests.factories import ConversationFactory, UserFactory
-from tests.fake_openai import FakeOpenAI, reply_to
 from tests.waiting import wait_for
 
 # The attempt's failure is recorded after its connection is closed: real commits.
@@ -34,9 +34,12 @@ def server(settings):
     settings.CONTINUITY_OPENAI_API_KEY = fake.api_key
     settings.CONTINUITY_OPENAI_MODEL = fake.model
     settings.CONTINUITY_OPENAI_MAX_RETRIES = 0
-    settings.CONTINUITY_BACKEND_BACKOFF_SECONDS = [0.3, 0.6, 60]
+    # The second wait outlasts the checks made within it (the page must still show it).
+    settings.CONTINUITY_BACKEND_BACKOFF_SECONDS = [0.3, 2, 60]
     settings.CONTINUITY_BACKEND_UNAVAILABLE_AFTER = 2
     settings.ADMINS = []
+    # One drain answers every message that waits, however slow a loaded machine makes it.
+    settings.CONTINUITY_DRAIN_TURN_SECONDS = 60
     fake.port = port
     yield fake
     if fake.server is not None:
@@ -99,7 +102,7 @@ def test_a_server_that_is_down_and_comes_back_costs_no_attempt_and_answers_in_or
 
     server.start(port=server.port)  # back
     backend = f"openai http://127.0.0.1:{server.port}/v1"
-    wait_for(lambda: backend_down(backend) is None, timeout=5, what="the server's next try")
+    wait_for(lambda: backend_down(backend) is None, timeout=10, what="the server's next try")
     for chat in (first_chat, second_chat):
         due_now(chat)
         drain_conversation(conversation_id=chat.pk)

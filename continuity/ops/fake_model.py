@@ -1,6 +1,7 @@
-"""A small OpenAI-compatible server for the tests: real HTTP, real streaming, faults on demand.
+"""A small OpenAI-compatible server for the tests and chaos runs: real HTTP, real streaming, faults
+on demand.
 
-It runs on a thread of the test process; worker subprocesses reach it over TCP at `.url`.
+It runs on a thread of the process that starts it; worker subprocesses reach it over TCP at `.url`.
 Streamed replies are Server-Sent Events in the `chat.completion.chunk` format, one word per
 chunk, sent with HTTP/1.1 chunked transfer encoding as vLLM and Ollama send them, ending with
 `data: [DONE]`. The reply is "You said: <the last user message>", so a test can tell which
