@@ -149,11 +149,12 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
             "connect_timeout": env_int("DATABASE_CONNECT_TIMEOUT", 5),
             # A session left idle inside a transaction (its process frozen by SIGSTOP, swapped
             # out, stuck on something else) is ended by the server, and its locks with it: no
-            # conversation stays locked for longer.
+            # conversation stays locked for longer. Shorter than the lock timeout, so a send
+            # that waits on a frozen holder gets the lock instead of failing.
             "options": f"-c lock_timeout={env_int('DATABASE_LOCK_TIMEOUT_MS', 10_000)} "
             f"-c statement_timeout={env_int('DATABASE_STATEMENT_TIMEOUT_MS', 60_000)} "
             "-c idle_in_transaction_session_timeout="
-            f"{env_int('DATABASE_IDLE_IN_TRANSACTION_TIMEOUT_MS', 15_000)}",
+            f"{env_int('DATABASE_IDLE_IN_TRANSACTION_TIMEOUT_MS', 5_000)}",
             # A connection whose peer vanished (a black-holed network, a host gone without a
             # reset) fails within seconds, as an outage, instead of waiting for the kernel's
             # two hours: keepalives for a quiet connection, a send timeout for a busy one.

@@ -119,9 +119,11 @@ def batch(*statements: Statement, commit: bool = False) -> list[list[tuple]]:
     sent = [*statements, ("COMMIT", [])] if commit and _commits_on_exit(db) else statements
     cursors = [cursor()] + [_bound_cursor(db) for _ in sent[1:]]
     try:
-        with db.wrap_database_errors, db.connection.pipeline() as pipeline, _sent_unread(pipeline):
-            for each, (text, params) in zip(cursors, sent, strict=True):
-                each.execute(text, params)
+        with db.wrap_database_errors, db.connection.pipeline() as pipeline:
+            _ends_with_sync(pipeline)
+            with _sent_unread(pipeline):
+                for each, (text, params) in zip(cursors, sent, strict=True):
+                    each.execute(text, params)
         found = [each.fetchall() for each in cursors[: len(statements)]]
     finally:
         for each in cursors:
@@ -162,6 +164,26 @@ def _sent_unread(pipeline: Pipeline) -> Iterator[None]:
         yield
     finally:
         del pipeline._communicate_gen, pipeline._sync_gen
+
+
+def _ends_with_sync(pipeline: Pipeline) -> None:
+    """psycopg ends a pipeline with a Sync, then a Flush request. The server arms
+    idle_in_transaction_session_timeout when a Sync leaves its session idle in a transaction,
+    and disarms it on the next message, the Flush: a session frozen inside a transaction after
+    a batch (its process stopped while it held a conversation's lock) was never ended, and
+    held the lock until its process died. The Sync alone makes the server send every result;
+    only what libpq still buffers needs sending. (psycopg's internals, for this pipeline
+    object alone, which ends with the batch; pinned by test_sql's protocol trace.)"""
+    from psycopg.generators import send
+
+    fetched = pipeline._fetch_gen
+
+    def fetched_after_sync(*, flush: bool) -> Generator[None, None, None]:
+        if flush:
+            yield from send(pipeline.pgconn)
+        return (yield from fetched(flush=False))
+
+    pipeline._fetch_gen = fetched_after_sync
 
 
 def unflushed_commit() -> list[Statement]:

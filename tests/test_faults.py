@@ -15,6 +15,7 @@ import signal
 import time
 import uuid
 from itertools import pairwise
+from pathlib import Path
 
 import pytest
 import redis
@@ -230,6 +231,64 @@ def test_a_kill_after_the_reply_commit_but_before_the_ack_is_absorbed(processes,
     assert [run_states(first), run_states(second)] == [["completed"], ["completed"]]
     assert second.reply.text == "Your name is **Grace**."
     assert_promise_kept([first, second])
+
+
+def stopped(pid: int) -> bool:
+    """Whether the process is frozen by a stop signal (state T in /proc)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2 :].startswith("T")
+
+
+def test_a_worker_frozen_inside_the_locked_span_holds_its_conversation_for_seconds(
+    processes, tmp_path
+):
+    """A pool process that SIGSTOPs itself while it holds the conversation's lock (inside the
+    transaction that begins an attempt): the server ends its session once it has been idle in
+    the transaction for DATABASE_IDLE_IN_TRANSACTION_TIMEOUT_MS (5 s), below the 10 s a send
+    waits for the lock, so a send made meanwhile is accepted, and the other pool process
+    answers both messages, once, in order, with no attempt charged to the frozen one."""
+    marker = tmp_path / "fault-fired"
+    worker = processes.add(
+        WorkerProcess(
+            CONTINUITY_FAULT_KILL_AT="attempt_locked",
+            CONTINUITY_FAULT_SIGNAL="SIGSTOP",
+            CONTINUITY_FAULT_ONCE_FILE=str(marker),
+        )
+    )
+    processes.add(WatchdogProcess())
+    (conversation,) = conversations(1)
+    first = send(conversation, "My name is Grace")
+    wait_for(marker.exists, timeout=10, what="a pool process to freeze inside the locked span")
+    wait_for(
+        lambda: any(stopped(pid) for pid in worker.children()),
+        timeout=5,
+        what="the pool process to be stopped",
+    )
+    (frozen,) = [pid for pid in worker.children() if stopped(pid)]
+    try:
+        # Waits for the lock until the server ends the frozen session: no LockNotAvailable.
+        second = send(conversation, "What's my name?")
+        wait_finished([first, second])
+        assert [run_states(first), run_states(second)] == [["completed"], ["completed"]]
+        assert Message.objects.get(pk=first.pk).attempts == 1
+        assert first.reply.text == "Nice to meet you, **Grace**! I'll remember your name."
+        assert second.reply.text == "Your name is **Grace**."
+        assert not CrashRecord.objects.exists()
+    finally:
+        os.kill(frozen, signal.SIGCONT)
+    # Woken, the frozen process finds its session ended (its attempt never began): its task
+    # ends too (a retry of the drain, which finds nothing to do), and nothing is written twice.
+    frozen_task = re.findall(r"drain_conversation\[([0-9a-f-]+)\] received", worker.log())[0]
+    wait_for(
+        lambda: re.search(rf"{frozen_task}\] retry: .*OperationalError", worker.log()),
+        timeout=10,
+        what="the thawed process to find its session ended",
+    )
+    assert_promise_kept([first, second])
+    assert [run_states(first), run_states(second)] == [["completed"], ["completed"]]
 
 
 def test_sigterm_mid_reply_interrupts_and_the_next_worker_completes(processes):

@@ -83,7 +83,7 @@ def test_connections_bound_a_frozen_session_and_a_vanished_peer():
     """The server ends a session left idle in a transaction (a frozen worker holding a
     conversation's lock); TCP keepalives and a send timeout end a connection whose peer
     vanished without a reset, as an outage, instead of after the kernel's two hours."""
-    assert sql.row("SHOW idle_in_transaction_session_timeout") == ("15s",)
+    assert sql.row("SHOW idle_in_transaction_session_timeout") == ("5s",)
     parameters = connection.connection.info.get_parameters()
     wanted = {
         "keepalives": "1",
