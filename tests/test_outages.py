@@ -22,7 +22,14 @@ from continuity.models import Conversation, CrashRecord, DeadLetter, Message, Ru
 from tests.factories import ConversationFactory
 from tests.outages import database_refuses_connections, postgres_can_restart, postgres_restart
 from tests.processes import WatchdogProcess, WebProcess, WorkerProcess
-from tests.test_faults import LONG_REPLY, assert_promise_kept, wait_finished
+from tests.relay import RELAY_HOST, TcpRelay, black_hole
+from tests.test_faults import (
+    LONG_REPLY,
+    assert_promise_kept,
+    run_states,
+    steps_by_run,
+    wait_finished,
+)
 from tests.waiting import wait_for, wait_streaming
 
 pytestmark = [pytest.mark.fault, pytest.mark.django_db(transaction=True)]
@@ -138,3 +145,76 @@ def test_three_postgres_restarts_during_replies_dead_letter_and_pause_nothing(pr
     assert worker.alive()
     connection.close()
     assert_promise_kept(messages)
+
+
+def test_a_black_holed_database_connection_fails_within_seconds_as_an_outage(processes):
+    """The worker reaches the database through a relay whose address is then black-holed
+    mid-reply: its packets vanish, with no reset and no refusal. Its statements fail within
+    the connection's TCP user timeout (10 s) instead of the kernel's minutes, the attempt is
+    given back as a database outage (no crash, no attempt used up) while the watchdog, which
+    still reaches the database, leaves it alone (its heartbeat key lives on), and once the
+    hole closes the reply is completed, once."""
+    database = connection.settings_dict
+    relay = TcpRelay(("127.0.0.1", int(database["PORT"] or 5432))).start()
+    try:
+        through_relay = (
+            f"postgres://{database['USER']}@{RELAY_HOST}:{relay.port}/{database['NAME']}"
+        )
+        worker = processes.add(
+            WorkerProcess(CONTINUITY_BUILTIN_TOKEN_DELAY="0.05", DATABASE_URL=through_relay)
+        )
+        processes.add(WatchdogProcess())
+        conversation = ConversationFactory()
+        message = message_accept(conversation=conversation, text=LONG_REPLY, client_id=uuid.uuid4())
+        run = wait_streaming(message)
+        with black_hole():
+            wait_for(
+                lambda: "Database unavailable; retrying" in worker.log(),
+                timeout=30,
+                what="the attempt's statement to fail on the black-holed connection",
+            )
+        wait_finished([message], timeout=60)
+    finally:
+        relay.stop()
+
+    run.refresh_from_db()
+    assert run.state == "interrupted" and run.error.startswith("Database unavailable")
+    message.refresh_from_db()
+    assert (message.state, message.attempts, message.interruptions) == ("done", 1, 1)
+    assert not CrashRecord.objects.exists() and not DeadLetter.objects.exists()
+    assert_promise_kept([message])
+
+
+def test_a_lost_commit_acknowledgement_is_found_out_by_the_next_attempt(processes):
+    """The COMMIT that stores the reply's step reaches the server, which commits it, but its
+    answer is lost and the worker's connection reset: the worker cannot know whether it
+    committed. It gives the attempt back as a database outage; the next attempt finds the
+    step stored and does not write the reply again."""
+    database = connection.settings_dict
+    relay = TcpRelay(("127.0.0.1", int(database["PORT"] or 5432))).start()
+    try:
+        through_relay = (
+            f"postgres://{database['USER']}@{RELAY_HOST}:{relay.port}/{database['NAME']}"
+        )
+        processes.add(
+            WorkerProcess(CONTINUITY_BUILTIN_TOKEN_DELAY="0.05", DATABASE_URL=through_relay)
+        )
+        processes.add(WatchdogProcess())
+        conversation = ConversationFactory()
+        message = message_accept(conversation=conversation, text=LONG_REPLY, client_id=uuid.uuid4())
+        run = wait_streaming(message)
+        relay.lose_next_commit_ack()
+        wait_for(lambda: relay.commit_acks_lost == 1, timeout=30, what="a COMMIT's answer lost")
+        wait_finished([message], timeout=60)
+    finally:
+        relay.stop()
+
+    assert run_states(message) == ["interrupted", "completed"]
+    run.refresh_from_db()
+    assert run.error.startswith("Database unavailable")
+    assert steps_by_run(message) == {"plan": run.pk, "respond": run.pk, "remember": "retry"}
+    message.refresh_from_db()
+    assert (message.state, message.attempts, message.interruptions) == ("done", 1, 1)
+    assert "Ada" in message.reply.text
+    assert not CrashRecord.objects.exists() and not DeadLetter.objects.exists()
+    assert_promise_kept([message])
