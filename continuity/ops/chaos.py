@@ -8,12 +8,17 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
 import threading
 import time
-from collections import defaultdict
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
@@ -21,6 +26,7 @@ from pathlib import Path
 from django.db.models import Count
 
 from ..models import Conversation, Message, Run
+from .fake_model import FakeOpenAI
 from .processes import WorkerChild
 
 
@@ -95,7 +101,8 @@ class Chaos:
     log_dir: Path
     workers: int = 2
     concurrency: int = 2
-    kill_every: float = 3.0
+    # Seconds between two kills, drawn uniformly from this range; (0, 0): no kills.
+    kill_every: tuple[float, float] = (3.0, 5.0)
     rng: random.Random = field(default_factory=random.Random)
     kills: dict[str, int] = field(default_factory=lambda: {"child": 0, "worker": 0})
     running: list[WorkerChild] = field(default_factory=list)
@@ -113,9 +120,9 @@ class Chaos:
         return worker.start()
 
     def loop(self) -> None:
-        if self.kill_every <= 0:
+        if max(self.kill_every) <= 0:
             return
-        while not self._stop.wait(self.rng.expovariate(1 / self.kill_every)):
+        while not self._stop.wait(self.rng.uniform(*self.kill_every)):
             self.strike()
 
     def strike(self) -> None:
@@ -161,23 +168,104 @@ def postgres_restart() -> None:
     )
 
 
-class Restarts:
-    """Calls `restart` every `every` seconds (never when 0) on a thread until stopped."""
+class Scheduled:
+    """Calls `action` at each of the offsets `at` (seconds after `start`), on a thread, until
+    stopped; `count` says how many calls were made."""
 
-    def __init__(self, restart, every: float) -> None:
-        self.restart, self.every, self.count = restart, every, 0
+    def __init__(self, action, at: list[float]) -> None:
+        self.action, self.at, self.count = action, sorted(at), 0
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self.loop, name="restarts", daemon=True)
+        self._thread = threading.Thread(target=self.loop, name="scheduled", daemon=True)
 
     def loop(self) -> None:
-        while self.every > 0 and not self._stop.wait(self.every):
-            self.restart()
+        started = time.monotonic()
+        for offset in self.at:
+            if self._stop.wait(max(0.0, started + offset - time.monotonic())):
+                return
+            self.action()
             self.count += 1
 
-    def start(self) -> Restarts:
+    def start(self) -> Scheduled:
         self._thread.start()
         return self
 
     def stop(self) -> None:
         self._stop.set()
         self._thread.join()
+
+
+def spread(count: int, over: float) -> list[float]:
+    """`count` moments spread evenly inside `over` seconds (none at its ends)."""
+    return [over * (index + 1) / (count + 1) for index in range(count)]
+
+
+class ModelOutage:
+    """The fake model server down for `seconds`, then back on the same port (its clients find
+    it where they left it)."""
+
+    def __init__(self, server: FakeOpenAI, seconds: float) -> None:
+        self.server, self.seconds = server, seconds
+
+    def __call__(self) -> None:
+        port = self.server.server.server_address[1]
+        self.server.stop()
+        time.sleep(self.seconds)
+        self.server.start(port=port)
+
+
+class Browsers:
+    """Each conversation's owner, signed in over HTTP as a browser is: a session cookie, the
+    CSRF cookie and token of its conversation's page. Sends as the composer does: a 5xx or a
+    lost connection is sent again with the same client id, a 429 after its Retry-After; every
+    status is counted."""
+
+    def __init__(self, base_url: str) -> None:
+        self.base_url = base_url
+        self.cookies: dict[int, str] = {}  # by conversation id
+        self.tokens: dict[int, str] = {}
+        self.statuses: Counter[str] = Counter()
+
+    def sign_in(self, conversation: Conversation) -> None:
+        from django.conf import settings
+        from django.test import Client
+
+        client = Client()
+        client.force_login(conversation.owner)
+        session = client.cookies[settings.SESSION_COOKIE_NAME].value
+        cookie = f"{settings.SESSION_COOKIE_NAME}={session}"
+        request = urllib.request.Request(
+            f"{self.base_url}/c/{conversation.pk}/", headers={"Cookie": cookie}
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            html = response.read().decode()
+            csrf = re.search(r"csrftoken=([^;]+)", response.headers["Set-Cookie"]).group(1)
+        self.cookies[conversation.pk] = f"{cookie}; csrftoken={csrf}"
+        self.tokens[conversation.pk] = re.search(r'"X-CSRFToken": "([^"]+)"', html).group(1)
+
+    def send(self, conversation_id: int, text: str) -> None:
+        body = urllib.parse.urlencode({"text": text, "client_id": str(uuid.uuid4())}).encode()
+        headers = {
+            "Cookie": self.cookies[conversation_id],
+            "HX-Request": "true",
+            "X-CSRFToken": self.tokens[conversation_id],
+            "Referer": self.base_url,
+        }
+        url = f"{self.base_url}/c/{conversation_id}/messages/"
+        while True:
+            request = urllib.request.Request(url, data=body, headers=headers)
+            try:
+                with urllib.request.urlopen(request, timeout=60) as response:
+                    self.statuses[str(response.status)] += 1
+                    return
+            except urllib.error.HTTPError as error:
+                self.statuses[str(error.code)] += 1
+                wait = float(error.headers.get("Retry-After") or 0.2)
+                if error.code != 429 and error.code < 500:
+                    raise
+            except OSError as error:  # refused or reset: the web server is away
+                self.statuses[type(error).__name__] += 1
+                wait = 0.2
+            time.sleep(wait)
+
+    def server_errors(self) -> int:
+        return sum(n for status, n in self.statuses.items() if status.startswith("5"))

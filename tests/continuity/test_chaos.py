@@ -94,10 +94,12 @@ def test_messages_of_a_paused_conversation_are_held_not_lost(conversation):
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.postgresql("starts workers, which the suite runs on PostgreSQL")
-def test_a_chaos_run_sends_its_drains_to_its_own_redis():
+def test_a_chaos_run_sends_over_http_to_its_own_workers_and_rides_out_a_model_outage():
     """Its workers listen on the run's private Redis: drains sent anywhere else would wait for
     the watchdog's re-send, which the markers claimed in the private Redis hold off until they
-    expire (CONTINUITY_DRAIN_MARKER_SECONDS, 600 s), far beyond this run's timeout."""
+    expire (CONTINUITY_DRAIN_MARKER_SECONDS, 600 s), far beyond this run's timeout. Its messages
+    go through its own web server, as a browser's do, and are answered by its own fake model
+    server, which is away for two seconds in the middle of the sending."""
     import json
     import subprocess
     import sys
@@ -109,9 +111,13 @@ def test_a_chaos_run_sends_its_drains_to_its_own_redis():
     env = command_env()
     result = subprocess.run(
         [sys.executable, "manage.py", "chaos", "--messages", "12", "--conversations", "3",
-         "--workers", "1", "--kill-every", "0", "--timeout", "60"],
-        cwd=settings.BASE_DIR, env=env, capture_output=True, text=True, timeout=120,
+         "--workers", "1", "--kill-every", "0", "--model-outage", "2", "--send-rate", "4",
+         "--timeout", "90"],
+        cwd=settings.BASE_DIR, env=env, capture_output=True, text=True, timeout=150,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     audit = json.loads(result.stdout[result.stdout.index("{") :])
     assert audit["finished_before_timeout"] and audit["done"] == audit["sent"] == 12
+    assert (audit["model_outages"], audit["http_5xx"], audit["dead"]) == (1, 0, 0)
+    assert audit["http_statuses"] == {"200": 12}
+    assert audit["settings"]["CONTINUITY_BRAIN"] == "openai"

@@ -1,13 +1,14 @@
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import random
 import sys
 import tempfile
 import time
+import urllib.request
 import uuid
-from functools import partial
 from pathlib import Path
 
 from django.conf import settings
@@ -15,14 +16,24 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.db import InterfaceError, OperationalError, connection
 
-from continuity.delivery.inbox import message_accept
 from continuity.models import Conversation, Message
-from continuity.ops.chaos import Chaos, Restarts, chaos_audit, postgres_restart, wait_until
-from continuity.ops.processes import ChildProcess, watchdog_argv
-from continuity.ops.redis_server import RedisServer, redis_use
+from continuity.ops.chaos import (
+    Browsers,
+    Chaos,
+    ModelOutage,
+    Scheduled,
+    chaos_audit,
+    postgres_restart,
+    spread,
+    wait_until,
+)
+from continuity.ops.fake_model import FakeOpenAI
+from continuity.ops.processes import ChildProcess, watchdog_argv, web_argv
+from continuity.ops.redis_server import RedisServer, free_port, redis_use
 
-RECOVERY_CLOCKS = {
-    "CONTINUITY_HEARTBEAT_SECONDS": "1",
+# `--fast-clocks`: a shorter crash backoff and stall re-send than the defaults, for the suite's
+# smoke run; a run that judges the product keeps the defaults.
+FAST_CLOCKS = {
     "CONTINUITY_CRASH_BACKOFF_SECONDS": "1,2,4,8",
     "CONTINUITY_REQUEUE_AFTER_SECONDS": "5",
     "CONTINUITY_WATCHDOG_SECONDS": "0.5",
@@ -31,9 +42,9 @@ RECOVERY_CLOCKS = {
 
 class Command(BaseCommand):
     help = (
-        "Send messages through real workers while SIGKILLing them at random (and optionally "
-        "restarting Redis), then print a JSON audit; exit 1 if anything was lost, duplicated "
-        "or reordered."
+        "Send messages through a real web server to real workers while SIGKILLing them at "
+        "random (and optionally restarting Redis and PostgreSQL, and taking the model server "
+        "away), then print a JSON audit; exit 1 if anything was lost, duplicated or reordered."
     )
 
     def add_arguments(self, parser):
@@ -44,25 +55,44 @@ class Command(BaseCommand):
         add("--concurrency", type=int, default=2, help="Processes per worker (default 2).")
         add(
             "--kill-every",
-            type=float,
-            default=2.0,
-            help="Mean seconds between SIGKILLs of worker processes (0: no kills).",
+            type=seconds_range,
+            default=(3.0, 5.0),
+            help="Seconds between SIGKILLs of worker processes, drawn from MIN-MAX "
+            "(default 3-5; 0: no kills).",
         )
         add(
-            "--restart-redis-every",
-            type=float,
-            default=0.0,
-            help="Restart the private Redis this often, in seconds (default 0: never).",
+            "--redis-restarts",
+            type=int,
+            default=0,
+            help="Restarts of the private Redis, spread over the sending (default 0).",
         )
         add(
-            "--restart-postgres-every",
+            "--postgres-restarts",
+            type=int,
+            default=0,
+            help="Crash-like restarts of the local PostgreSQL cluster (pg_ctlcluster restart -m "
+            "immediate; needs root), spread over the sending (default 0).",
+        )
+        add(
+            "--model-outage",
             type=float,
             default=0.0,
-            help="Restart the local PostgreSQL cluster crash-like (pg_ctlcluster restart -m "
-            "immediate; needs root) this often, in seconds (default 0: never).",
+            help="Answer with the `openai` brain from a fake OpenAI-compatible server that this "
+            "command runs, and stop that server for this many seconds halfway through the "
+            "sending (default 0: the built-in brain, no model server).",
         )
         add("--send-rate", type=float, default=50.0, help="Messages sent per second.")
-        add("--token-delay", type=float, default=0.005, help="Built-in brain delay per word.")
+        add(
+            "--token-delay",
+            type=float,
+            default=0.005,
+            help="Seconds per word of a reply (the built-in brain's or the model server's).",
+        )
+        add(
+            "--fast-clocks",
+            action="store_true",
+            help="Shorter crash backoff and stall re-send than the defaults (the suite's run).",
+        )
         add(
             "--max-attempts",
             type=int,
@@ -77,7 +107,7 @@ class Command(BaseCommand):
         )
         add("--timeout", type=float, default=1800.0, help="Give up waiting after this long.")
         add("--seed", type=int, default=None, help="Random seed, for a repeatable run.")
-        add("--keep", action="store_true", help="Keep the run's user and conversations.")
+        add("--keep", action="store_true", help="Keep the run's users and conversations.")
 
     def handle(self, *args, **options):
         if options["messages"] < 1 or options["conversations"] < 1 or options["workers"] < 1:
@@ -86,7 +116,15 @@ class Command(BaseCommand):
         log_dir = Path(tempfile.mkdtemp(prefix="continuity-chaos-"))
         redis_server = RedisServer().start()
         redis_use(redis_server.url)
-        env = self.child_env(redis_server.url, options)
+        model = None
+        if options["model_outage"] > 0:
+            model = FakeOpenAI(delay=options["token_delay"]).start()
+        env = self.child_env(redis_server.url, options, model)
+        port = free_port()
+        web = ChildProcess(
+            web_argv(host="127.0.0.1", port=port), env=env, log_path=log_dir / "web.log"
+        )
+        base_url = f"http://127.0.0.1:{port}"
         watchdog = ChildProcess(watchdog_argv(), env=env, log_path=log_dir / "watchdog.log")
         chaos = Chaos(
             env=env,
@@ -96,53 +134,75 @@ class Command(BaseCommand):
             kill_every=options["kill_every"],
             rng=rng,
         )
-        owner = get_user_model().objects.create_user(f"chaos-{uuid.uuid4().hex[:8]}")
+        # One owner each, as people are: the per-person send rate limits a person, not a run.
+        owners = [
+            get_user_model().objects.create_user(f"chaos-{uuid.uuid4().hex[:12]}")
+            for _ in range(options["conversations"])
+        ]
         conversations = [
             Conversation.objects.create(owner=owner, title=f"Chaos {i}")
-            for i in range(options["conversations"])
+            for i, owner in enumerate(owners)
         ]
         ids = [c.pk for c in conversations]
-        redis_restarts = Restarts(redis_server.restart, options["restart_redis_every"])
-        postgres_restarts = Restarts(postgres_restart, options["restart_postgres_every"])
+        sending = options["messages"] / options["send_rate"]
+        redis_restarts = Scheduled(redis_server.restart, spread(options["redis_restarts"], sending))
+        postgres_restarts = Scheduled(
+            postgres_restart, spread(options["postgres_restarts"], sending)
+        )
+        outage = Scheduled(
+            ModelOutage(model, options["model_outage"]) if model else None,
+            [sending / 2] if model else [],
+        )
+        browsers = Browsers(base_url)
         started = time.monotonic()
         try:
+            web.start()
             watchdog.start()
+            wait_until(lambda: web_answers(base_url), timeout=60, every=0.2)
+            for conversation in conversations:
+                browsers.sign_in(conversation)
             chaos.start()
-            redis_restarts.start()
-            postgres_restarts.start()
-            sent = send(conversations, options["messages"], options["send_rate"], rng)
+            for scheduled in (redis_restarts, postgres_restarts, outage):
+                scheduled.start()
+            sent = send(browsers, ids, options["messages"], options["send_rate"], rng)
             finished = wait_until(
                 lambda: not pending(ids), timeout=options["timeout"] - (time.monotonic() - started)
             )
         finally:
-            postgres_restarts.stop()
-            redis_restarts.stop()
+            for scheduled in (outage, postgres_restarts, redis_restarts):
+                scheduled.stop()
             chaos.stop()
             watchdog.stop()
+            web.stop()
         connection.close()  # it may predate the last database restart
         audit = chaos_audit(conversation_ids=ids, sent=sent)
         audit.update(
-            settings={key: env[key] for key in sorted(CHAOS_SETTINGS)},
+            settings={key: env[key] for key in CHAOS_SETTINGS if key in env},
             kills=chaos.kills,
             redis_restarts=redis_restarts.count,
             postgres_restarts=postgres_restarts.count,
+            model_outages=outage.count,
+            http_statuses=dict(sorted(browsers.statuses.items())),
+            http_5xx=browsers.server_errors(),
             seconds=round(time.monotonic() - started, 1),
             finished_before_timeout=finished,
             logs=str(log_dir),
         )
         if not options["keep"]:
-            owner.delete()
+            get_user_model().objects.filter(pk__in=[owner.pk for owner in owners]).delete()
+        if model is not None:
+            model.stop()
         redis_server.stop()
         self.stdout.write(json.dumps(audit, indent=2))
         if audit["lost"] or audit["duplicates"] or audit["out_of_order"]:
             sys.exit(1)
 
-    def child_env(self, redis_url: str, options) -> dict[str, str]:
+    def child_env(self, redis_url: str, options, model: FakeOpenAI | None) -> dict[str, str]:
         max_attempts = options["max_attempts"] or settings.CONTINUITY_MAX_ATTEMPTS
         pause_after = options["pause_after_crashes"] or settings.CONTINUITY_PAUSE_AFTER_CRASHES
-        return {
+        env = {
             **os.environ,
-            **RECOVERY_CLOCKS,
+            **(FAST_CLOCKS if options["fast_clocks"] else {}),
             "DJANGO_SETTINGS_MODULE": os.environ.get(
                 "DJANGO_SETTINGS_MODULE", "continuity.settings"
             ),
@@ -152,25 +212,49 @@ class Command(BaseCommand):
             "CONTINUITY_MAX_ATTEMPTS": str(max_attempts),
             "CONTINUITY_PAUSE_AFTER_CRASHES": str(pause_after),
         }
+        if model is not None:
+            env |= {
+                "CONTINUITY_BRAIN": "openai",
+                "CONTINUITY_OPENAI_BASE_URL": model.url,
+                "CONTINUITY_OPENAI_API_KEY": model.api_key,
+                "CONTINUITY_OPENAI_MODEL": model.model,
+            }
+        return env
 
 
 CHAOS_SETTINGS = (
-    *RECOVERY_CLOCKS,
+    *FAST_CLOCKS,
     "CONTINUITY_BUILTIN_TOKEN_DELAY",
     "CONTINUITY_MAX_ATTEMPTS",
     "CONTINUITY_PAUSE_AFTER_CRASHES",
+    "CONTINUITY_BRAIN",
 )
 
 
-def send(conversations, count: int, rate: float, rng: random.Random) -> int:
+def seconds_range(value: str) -> tuple[float, float]:
+    """ "3-5" → (3.0, 5.0); "4" → (4.0, 4.0)."""
+    low, _, high = value.partition("-")
+    try:
+        bounds = (float(low), float(high or low))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not seconds or MIN-MAX seconds: {value!r}") from None
+    if bounds[0] < 0 or bounds[1] < bounds[0]:
+        raise argparse.ArgumentTypeError(f"not a range of seconds: {value!r}")
+    return bounds
+
+
+def web_answers(base_url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{base_url}/accounts/login/", timeout=5):
+            return True
+    except OSError:
+        return False
+
+
+def send(browsers: Browsers, conversation_ids: list[int], count: int, rate: float, rng) -> int:
     for number in range(count):
-        conversation = rng.choice(conversations)
         text = f"Chaos message {number}: remember that item {number} matters"
-        client_id = uuid.uuid4()
-        accept = partial(message_accept, conversation=conversation, text=text, client_id=client_id)
-        # As a browser does on a 503: the same client id again until the database takes it.
-        while not database_answers(accept):
-            time.sleep(0.2)
+        browsers.send(rng.choice(conversation_ids), text)
         time.sleep(1 / rate)
     return count
 

@@ -6,8 +6,9 @@ or a container dies): killing only the main process leaves the pool process that
 the reply running for a moment, and it sometimes finishes the reply itself, which measures
 nothing. As under supervisord (`make run`), the replacement is started at once under the same
 node name, and the watchdog runs; the attempt is found dead by the replacement's start-up scan
-or by the watchdog once its heartbeat lapses, whichever comes first. The clocks are the chaos
-command's, reported with the figures: recovery is made of them.
+or by the watchdog once its heartbeat lapses, whichever comes first. The clocks are the
+configured ones (the defaults, unless the environment sets others), reported with the figures:
+recovery is made of them.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime
 
-from continuity.management.commands.chaos import RECOVERY_CLOCKS
+from django.conf import settings
+
 from continuity.models import CrashRecord, Message, ReplyChunk, Run
 
 from .plan import Plan
@@ -32,11 +34,10 @@ LONG_REPLY = "Hi, my name is Ada, my goal is to finish the migration, and I like
 
 def recovery_run(rig: Rig, plan: Plan) -> Section:
     rig.shared_worker_stop()
-    watchdog = rig.watchdog(**RECOVERY_CLOCKS)
+    watchdog = rig.watchdog()
     node = rig.node("bench-recovery")
     trials = [recovery_trial(rig, node) for _ in range(plan.recovery_trials)]
     watchdog.stop()
-    clocks = {key: float(value.split(",")[0]) for key, value in RECOVERY_CLOCKS.items()}
     return Section(
         "recovery",
         "Recovery from a SIGKILL mid-reply",
@@ -45,9 +46,9 @@ def recovery_run(rig: Rig, plan: Plan) -> Section:
             trial_figure("SIGKILL → replacement worker ready", trials, "worker_ready"),
             trial_figure("SIGKILL → crash detected", trials, "detected"),
             trial_figure("SIGKILL → next attempt started", trials, "restarted"),
-            Figure("configured heartbeat", "s", [clocks["CONTINUITY_HEARTBEAT_SECONDS"]]),
-            Figure("first backoff", "s", [clocks["CONTINUITY_CRASH_BACKOFF_SECONDS"]]),
-            Figure("watchdog sweep interval", "s", [clocks["CONTINUITY_WATCHDOG_SECONDS"]]),
+            Figure("configured heartbeat", "s", [settings.CONTINUITY_HEARTBEAT_SECONDS]),
+            Figure("first backoff", "s", [settings.CONTINUITY_CRASH_BACKOFF_SECONDS[0]]),
+            Figure("watchdog sweep interval", "s", [settings.CONTINUITY_WATCHDOG_SECONDS]),
         ],
         notes=recovery_notes(trials),
     )
@@ -55,7 +56,7 @@ def recovery_run(rig: Rig, plan: Plan) -> Section:
 
 def recovery_trial(rig: Rig, node: str) -> dict:
     """One kill and its recovery, in a new conversation (crashes of one would pause it)."""
-    worker = rig.worker(node=node, **RECOVERY_CLOCKS, **SLOW)
+    worker = rig.worker(node=node, **SLOW)
     (conversation,) = conversations_new(1)
     message = message_send(conversation, LONG_REPLY)
     wait_for(
@@ -65,7 +66,7 @@ def recovery_trial(rig: Rig, node: str) -> dict:
     )
     killed_at, started = datetime.now(UTC), time.perf_counter()
     worker.kill_all()
-    replacement = rig.worker(node=node, **RECOVERY_CLOCKS)
+    replacement = rig.worker(node=node)
     ready = time.perf_counter() - started
     wait_for(
         lambda: Message.objects.filter(reply_to_id=message.pk).exists(),
@@ -102,7 +103,8 @@ def recovery_notes(trials: list[dict]) -> list[str]:
         "Then the first backoff passes, the watchdog re-enqueues the conversation, and the new "
         "attempt redoes the reply from its last checkpoint; the replacement's brain writes at "
         "full speed (the killed one at 50 ms a word), so the reply is the engine's time.",
-        "Clocks as in `manage.py chaos`: "
-        + ", ".join(f"{k}={v}" for k, v in RECOVERY_CLOCKS.items())
-        + "; production defaults are 5 s heartbeat, 5 s first backoff, 2 s sweeps.",
+        f"Clocks as configured: heartbeat {settings.CONTINUITY_HEARTBEAT_SECONDS:g} s (a run "
+        f"is dead after two missed beats), first backoff "
+        f"{settings.CONTINUITY_CRASH_BACKOFF_SECONDS[0]:g} s, watchdog sweeps every "
+        f"{settings.CONTINUITY_WATCHDOG_SECONDS:g} s.",
     ]
