@@ -1,5 +1,5 @@
 """The agent port's loading: a worker imports the brains conversations may use before it forks
-its pool, not while an attempt holds its conversation's lock."""
+its pool, not while an attempt holds its conversation's lock; and makes each once per process."""
 
 from __future__ import annotations
 
@@ -48,3 +48,14 @@ def test_a_brain_that_cannot_be_imported_does_not_stop_the_process(settings, cap
     settings.CONTINUITY_BRAIN_CHOICES = ["builtin", "broken"]
     brains_import()
     assert "Brain no.such.Brain cannot be imported" in caplog.text
+
+
+def test_a_process_makes_each_brain_once_and_again_after_its_settings_change(settings):
+    from continuity.brains import brain_load
+
+    settings.CONTINUITY_OPENAI_BASE_URL = "http://127.0.0.1:9/v1"
+    first = brain_load("openai")
+    assert brain_load("openai") is first  # its client (87 ms of CPU to make) is kept
+    settings.CONTINUITY_OPENAI_BASE_URL = "http://127.0.0.1:10/v1"
+    again = brain_load("openai")
+    assert again is not first and again.base_url == "http://127.0.0.1:10/v1"
