@@ -12,8 +12,11 @@ import redis
 from django.conf import settings
 from django.db import DatabaseError, InterfaceError
 
-from ..models import Alert
+from ..brains import brain_load
+from ..live.events import publish_conversation_changed
+from ..models import Alert, Conversation
 from .heartbeats import redis_client
+from .inbox import conversation_enqueue
 
 logger = logging.getLogger(__name__)
 # A day: a server that failed once and was never tried again is forgotten.
@@ -71,12 +74,55 @@ def backend_failed(backend: str, *, reason: str, retry_after: float | None) -> B
 
 
 def backend_answered(backend: str) -> None:
-    """The server answered: whatever failed before is over."""
+    """The server answered: whatever failed before is over, and the conversations that wait
+    for it are answered now, not at their own next try (which the backoff may have put
+    minutes away)."""
     try:
-        if redis_client().delete(backend_key(backend)):
-            logger.info("Model server %s answers again", backend)
+        if not redis_client().delete(backend_key(backend)):
+            return
     except redis.RedisError:
         logger.warning("Model server %s answered; Redis did not hear of it", backend)
+        return
+    logger.info("Model server %s answers again", backend)
+    try:
+        released = conversations_waiting_release(backend)
+    except (DatabaseError, InterfaceError):
+        logger.exception("Conversations waiting for %s left to their next try", backend)
+        return
+    if released:
+        logger.info("%s conversation(s) waiting for %s go on", released, backend)
+
+
+def conversations_waiting_release(backend: str) -> int:
+    """End the wait of the conversations whose brain uses `backend` and that wait for it, and
+    send each a drain; how many."""
+    brains = brains_of(backend)
+    waiting = Conversation.objects.filter(
+        state=Conversation.State.ACTIVE,
+        waiting_for=Conversation.WaitingFor.MODEL,
+        brain__in=brains,
+    )
+    ids = list(waiting.values_list("pk", flat=True))
+    waiting.filter(pk__in=ids).update(retry_at=None, waiting_for=Conversation.WaitingFor.ATTEMPT)
+    for conversation_id in ids:
+        conversation_enqueue(conversation_id=conversation_id)
+        publish_conversation_changed(conversation_id=conversation_id)
+    return len(ids)
+
+
+def brains_of(backend: str) -> list[str]:
+    """The names of the brains (as conversations store them) whose model server is `backend`;
+    "" stands for the default brain."""
+    names = []
+    for name in settings.CONTINUITY_BRAINS:
+        try:
+            if getattr(brain_load(name), "backend", None) == backend:
+                names.append(name)
+        except Exception:  # a brain that cannot load has no server to wait for
+            logger.warning("Brain %s not loaded", name, exc_info=True)
+    if settings.CONTINUITY_BRAIN in names:
+        names.append("")
+    return names
 
 
 def backend_down(backend: str) -> BackendDown | None:

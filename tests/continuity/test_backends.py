@@ -13,7 +13,7 @@ from django.test import Client
 from django.urls import reverse
 
 from continuity.delivery.backends import backend_down
-from continuity.delivery.inbox import message_accept
+from continuity.delivery.inbox import drains_waiting, message_accept
 from continuity.delivery.processing import drain_conversation
 from continuity.models import Alert, Conversation, CrashRecord, DeadLetter, Message, Run
 from continuity.ops.fake_model import FakeOpenAI, reply_to
@@ -103,9 +103,13 @@ def test_a_server_that_is_down_and_comes_back_costs_no_attempt_and_answers_in_or
     server.start(port=server.port)  # back
     backend = f"openai http://127.0.0.1:{server.port}/v1"
     wait_for(lambda: backend_down(backend) is None, timeout=10, what="the server's next try")
-    for chat in (first_chat, second_chat):
-        due_now(chat)
-        drain_conversation(conversation_id=chat.pk)
+    due_now(first_chat)
+    drain_conversation(conversation_id=first_chat.pk)  # the probe: answered
+    # ...which ends the other conversation's wait at once, with a drain sent for it.
+    second_chat.refresh_from_db()
+    assert (second_chat.retry_at, second_chat.waiting_for) == (None, "")
+    assert drains_waiting([second_chat.pk]) == {second_chat.pk}
+    drain_conversation(conversation_id=second_chat.pk)
 
     answered = [
         (m.reply_to.text, m.text) for m in Message.objects.filter(role="assistant").order_by("id")
