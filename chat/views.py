@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import logging
+import time
 import uuid
 from functools import wraps
 
@@ -7,6 +9,7 @@ from django.conf import settings
 from django.contrib.auth import login
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.forms import UserCreationForm
+from django.db import connection
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -14,6 +17,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
+from continuity.database.outages import database_unreachable
 from continuity.delivery.attempts import reply_stop
 from continuity.delivery.conversations import conversation_retry_now
 from continuity.delivery.dead_letters import dead_letter_retry
@@ -33,6 +37,7 @@ from .forms import BrainForm, MessageForm, NewConversationForm
 from .throttles import rate_limit_wait
 
 PAGE = "chat/conversation.html"
+logger = logging.getLogger(__name__)
 SIDEBAR_SIZE = 50  # the newest; the rest are one click away, on the paginated list
 TOO_FAST = {
     "send": "You are sending messages faster than the assistant can answer. "
@@ -52,6 +57,32 @@ def login_required_or_401(view):
         if request.htmx and not request.user.is_authenticated:
             return HttpResponse("Your session has ended; sign in again.", status=401)
         return page_view(request, *args, **kwargs)
+
+    return wrapper
+
+
+def made_again_through_outages(view):
+    """A send that meets a database that cannot serve (a restart or a failover ended its
+    connection mid-request, or no connection comes) is made again, on a new connection, for up
+    to CONTINUITY_SEND_OUTAGE_SECONDS; then the middleware answers 503 and the composer sends
+    it again itself. Safe because a send is the same message however often it is made (its
+    client id); only a send that ends within the time is answered. Outermost, so the session
+    and the user, read from the database too, are read again."""
+
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+        deadline = time.monotonic() + settings.CONTINUITY_SEND_OUTAGE_SECONDS
+        pause = 0.25
+        while True:
+            try:
+                return view(request, *args, **kwargs)
+            except Exception as error:
+                if not database_unreachable(error) or time.monotonic() + pause > deadline:
+                    raise
+                logger.warning("Database unavailable; %s made again: %s", request.path, error)
+            connection.close()  # a broken connection is never used again
+            time.sleep(pause)
+            pause = min(pause * 2, 1.0)
 
     return wrapper
 
@@ -150,6 +181,7 @@ def home(request: HttpRequest) -> HttpResponse:
 
 @never_cache
 @require_POST
+@made_again_through_outages
 @login_required_or_401
 def conversation_new(request: HttpRequest) -> HttpResponse:
     form = NewConversationForm(request.POST)
@@ -181,6 +213,7 @@ def conversation_detail(request: HttpRequest, pk: int) -> HttpResponse:
 
 @never_cache
 @require_POST
+@made_again_through_outages
 @login_required_or_401
 def message_send(request: HttpRequest, pk: int) -> HttpResponse:
     conversation = own_conversation(request, pk)

@@ -425,6 +425,9 @@ CONTINUITY_DRAIN_TURN_SECONDS = env_float("CONTINUITY_DRAIN_TURN_SECONDS", 0.5)
 CONTINUITY_MAX_INTERRUPTIONS = env_int("CONTINUITY_MAX_INTERRUPTIONS", 10)
 # How long an attempt that lost the database keeps trying to record how it ended.
 CONTINUITY_DATABASE_RETRY_SECONDS = env_float("CONTINUITY_DATABASE_RETRY_SECONDS", 60)
+# How long a send (a new message or conversation) that meets a database that cannot serve is
+# made again before it answers 503: a restart or a failover costs a slower send, not an error.
+CONTINUITY_SEND_OUTAGE_SECONDS = env_float("CONTINUITY_SEND_OUTAGE_SECONDS", 5)
 # Per-user limits on the web side ("N/second|minute|hour", several separated by ";").
 CONTINUITY_SEND_RATE = os.environ.get("CONTINUITY_SEND_RATE", "10/10 seconds;60/minute")
 CONTINUITY_NEW_CONVERSATION_RATE = os.environ.get(

@@ -7,6 +7,7 @@ attempt used up), nothing is dead-lettered or paused, and the web side answers 5
 from __future__ import annotations
 
 import re
+import threading
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -21,6 +22,7 @@ from continuity.delivery.inbox import message_accept
 from continuity.models import Conversation, CrashRecord, DeadLetter, Message, Run
 from tests.factories import ConversationFactory
 from tests.outages import database_refuses_connections, postgres_can_restart, postgres_restart
+from tests.postgres import another_session
 from tests.processes import WatchdogProcess, WebProcess, WorkerProcess
 from tests.relay import RELAY_HOST, TcpRelay, black_hole
 from tests.test_faults import (
@@ -30,7 +32,7 @@ from tests.test_faults import (
     steps_by_run,
     wait_finished,
 )
-from tests.waiting import wait_for, wait_streaming
+from tests.waiting import lock_waiters, wait_for, wait_streaming
 
 pytestmark = [pytest.mark.fault, pytest.mark.django_db(transaction=True)]
 
@@ -218,3 +220,45 @@ def test_a_lost_commit_acknowledgement_is_found_out_by_the_next_attempt(processe
     assert "Ada" in message.reply.text
     assert not CrashRecord.objects.exists() and not DeadLetter.objects.exists()
     assert_promise_kept([message])
+
+
+def test_a_send_whose_connection_breaks_mid_request_is_tried_again_not_refused(processes):
+    """The web server's connection is ended while a send waits on it (a restart or a failover
+    ends every session in flight): the send is made again on a new connection, and answers
+    200 with one stored message, instead of a 503."""
+    web = processes.add(WebProcess())
+    conversation = ConversationFactory()
+    browser = SignedInBrowser(web, conversation.owner, f"/c/{conversation.pk}/")
+    body = {"text": "Remember that the release is on Monday", "client_id": str(uuid.uuid4())}
+    answers: list[tuple[int, str, dict]] = []
+    with another_session(autocommit=False) as holder:
+        # The send's first statement locks the conversation: it waits here, mid-request.
+        holder.execute(
+            "SELECT 1 FROM continuity_conversation WHERE id = %s FOR UPDATE", [conversation.pk]
+        )
+        sender = threading.Thread(
+            target=lambda: answers.append(browser.post(f"/c/{conversation.pk}/messages/", body))
+        )
+        sender.start()
+        wait_for(lambda: lock_waiters() == 1, timeout=10, what="the send to wait on the lock")
+        ended = sessions_waiting_on_a_lock_ended()
+        wait_for(
+            lambda: lock_waiters() == 1 or answers,
+            timeout=10,
+            what="the send to be made again, on a new connection",
+        )
+        holder.rollback()
+    sender.join(timeout=30)
+    status, html, _ = answers[0]
+    assert ended >= 1 and status == 200, html[:500]
+    assert list(Message.objects.values_list("text", flat=True)) == [body["text"]]
+    assert "Database unavailable" in web.log()  # the broken try, logged and tried again
+
+
+def sessions_waiting_on_a_lock_ended() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(pg_terminate_backend(l.pid)) FROM pg_locks l JOIN pg_stat_activity a "
+            "USING (pid) WHERE NOT l.granted AND a.datname = current_database()"
+        )
+        return cursor.fetchone()[0]
