@@ -104,7 +104,7 @@ class Chaos:
     # Seconds between two kills, drawn uniformly from this range; (0, 0): no kills.
     kill_every: tuple[float, float] = (3.0, 5.0)
     rng: random.Random = field(default_factory=random.Random)
-    kills: dict[str, int] = field(default_factory=lambda: {"child": 0, "worker": 0})
+    kills: dict[str, int] = field(default_factory=lambda: {"child": 0, "worker": 0, "respawned": 0})
     running: list[WorkerChild] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
 
@@ -123,7 +123,17 @@ class Chaos:
         if max(self.kill_every) <= 0:
             return
         while not self._stop.wait(self.rng.uniform(*self.kill_every)):
+            self.respawn_dead()
             self.strike()
+
+    def respawn_dead(self) -> None:
+        """Start again, as supervisord does, a worker that ended by itself: Celery ends a worker
+        whose pool process is killed while the pool starts ("Could not start worker
+        processes")."""
+        for index, worker in enumerate(self.running):
+            if not worker.alive():
+                self.running[index] = self.spawn(worker.node)
+                self.kills["respawned"] += 1
 
     def strike(self) -> None:
         index = self.rng.randrange(len(self.running))
@@ -224,6 +234,7 @@ class Browsers:
         self.cookies: dict[int, str] = {}  # by conversation id
         self.tokens: dict[int, str] = {}
         self.statuses: Counter[str] = Counter()
+        self.lock = threading.Lock()  # browsers send from several threads
 
     def sign_in(self, conversation: Conversation) -> None:
         from django.conf import settings
@@ -255,17 +266,21 @@ class Browsers:
             request = urllib.request.Request(url, data=body, headers=headers)
             try:
                 with urllib.request.urlopen(request, timeout=60) as response:
-                    self.statuses[str(response.status)] += 1
+                    self.count(str(response.status))
                     return
             except urllib.error.HTTPError as error:
-                self.statuses[str(error.code)] += 1
+                self.count(str(error.code))
                 wait = float(error.headers.get("Retry-After") or 0.2)
                 if error.code != 429 and error.code < 500:
                     raise
             except OSError as error:  # refused or reset: the web server is away
-                self.statuses[type(error).__name__] += 1
+                self.count(type(error).__name__)
                 wait = 0.2
             time.sleep(wait)
+
+    def count(self, status: str) -> None:
+        with self.lock:
+            self.statuses[status] += 1
 
     def server_errors(self) -> int:
         return sum(n for status, n in self.statuses.items() if status.startswith("5"))

@@ -6,6 +6,7 @@ import os
 import random
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 import uuid
@@ -222,6 +223,8 @@ class Command(BaseCommand):
         return env
 
 
+SENDERS = 4  # browsers sending at once
+
 CHAOS_SETTINGS = (
     *FAST_CLOCKS,
     "CONTINUITY_BUILTIN_TOKEN_DELAY",
@@ -252,10 +255,30 @@ def web_answers(base_url: str) -> bool:
 
 
 def send(browsers: Browsers, conversation_ids: list[int], count: int, rate: float, rng) -> int:
-    for number in range(count):
-        text = f"Chaos message {number}: remember that item {number} matters"
-        browsers.send(rng.choice(conversation_ids), text)
-        time.sleep(1 / rate)
+    """`count` messages at about `rate` a second from SENDERS browsers at once, each with its
+    own share of the conversations: a conversation's messages are sent one after the other,
+    as one person's are."""
+    numbers = iter(range(count))
+    lock = threading.Lock()
+    seeds = [rng.random() for _ in range(SENDERS)]
+
+    def sender(index: int) -> None:
+        own = conversation_ids[index::SENDERS] or conversation_ids
+        pick = random.Random(seeds[index])
+        while True:
+            with lock:
+                number = next(numbers, None)
+            if number is None:
+                return
+            text = f"Chaos message {number}: remember that item {number} matters"
+            browsers.send(pick.choice(own), text)
+            time.sleep(SENDERS / rate)
+
+    threads = [threading.Thread(target=sender, args=(index,)) for index in range(SENDERS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
     return count
 
 
