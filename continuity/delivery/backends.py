@@ -45,14 +45,27 @@ def backend_delay(failures: int) -> float:
 
 def backend_failed(backend: str, *, reason: str, retry_after: float | None) -> BackendDown:
     """Count a failure of the server; its next try waits its backoff, or what it asked for.
-    Without Redis the failure is not shared: this conversation waits the first backoff."""
+    Failures within the current backoff (the other conversations' attempts that were under
+    way when the server went, or that began with it) are one failure, not one each: counted
+    one by one, 200 conversations failing together took the backoff to its longest at once,
+    and they waited minutes after the server was back. Without Redis the failure is not
+    shared: this conversation waits the first backoff."""
     try:
         client = redis_client()
         key = backend_key(backend)
+        (failures, until), (seconds, micros) = (
+            client.pipeline().hmget(key, "failures", "until").time().execute()
+        )
+        now = seconds + micros / 1e6
+        if failures is not None and float(until or 0) > now:
+            return BackendDown(
+                failures=int(failures),
+                wait=max(float(until) - now, retry_after or 0.0),
+                reason=reason,
+            )
         failures = int(client.hincrby(key, "failures", 1))
-        seconds, micros = client.time()
         wait = max(backend_delay(failures), retry_after or 0.0)
-        client.hset(key, mapping={"until": seconds + micros / 1e6 + wait, "reason": reason})
+        client.hset(key, mapping={"until": now + wait, "reason": reason})
         client.expire(key, STATE_SECONDS)
     except redis.RedisError:
         logger.warning("Failure of model server %s not shared: Redis unavailable", backend)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from django.db.models.functions import Now
 from django.test import Client
 from django.urls import reverse
 
@@ -54,6 +55,12 @@ def send(conversation, text: str) -> Message:
     return message_accept(conversation=conversation, text=text, client_id=uuid.uuid4())
 
 
+def next_try_due(conversation: Conversation) -> bool:
+    """The server's backoff, which the conversation waits out, is over (by the database's clock,
+    which set its end)."""
+    return not Conversation.objects.filter(pk=conversation.pk, retry_at__gt=Now()).exists()
+
+
 def due_now(conversation: Conversation) -> None:
     """Its backoff is over (what the watchdog waits for before it sends the next drain)."""
     Conversation.objects.filter(pk=conversation.pk).update(retry_at=None)
@@ -77,6 +84,7 @@ def test_a_server_that_is_down_and_comes_back_costs_no_attempt_and_answers_in_or
     first_chat.refresh_from_db()
     assert first_chat.waiting_for == "model" and first_chat.retry_at is not None
 
+    wait_for(lambda: next_try_due(first_chat), timeout=5, what="the first backoff to end")
     due_now(first_chat)
     drain_conversation(conversation_id=first_chat.pk)  # down again: now marked unavailable
 
@@ -121,6 +129,20 @@ def test_a_server_that_is_down_and_comes_back_costs_no_attempt_and_answers_in_or
     assert Message.objects.filter(role="user", state="done", attempts=1).count() == 4
     assert not CrashRecord.objects.exists() and not DeadLetter.objects.exists()
     assert backend_down(backend) is None
+
+
+def test_failures_within_a_backoff_count_once(settings):
+    """The conversations whose attempts were under way when the server went, or began with it,
+    fail together: one failure of the server, not one each, or 200 of them would take the
+    backoff to its longest at once."""
+    from continuity.delivery.backends import backend_failed
+
+    settings.CONTINUITY_BACKEND_BACKOFF_SECONDS = [5.0, 10.0, 60.0]
+    backend = f"openai http://127.0.0.1:{free_port()}/v1"
+    downs = [backend_failed(backend, reason="refused", retry_after=None) for _ in range(20)]
+    assert {down.failures for down in downs} == {1}
+    assert downs[0].wait == 5.0 and all(0 < down.wait <= 5.0 for down in downs)
+    assert not Alert.objects.exists()
 
 
 def test_without_redis_a_failure_waits_the_first_backoff_unshared(monkeypatch, settings):
