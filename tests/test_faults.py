@@ -500,6 +500,26 @@ def test_three_crashes_within_the_window_pause_the_conversation_until_resumed(pr
     assert_promise_kept([*crashing, later])
 
 
+def test_crashes_between_answers_given_at_the_first_try_pause_nothing(processes):
+    """Three crashes within the window, but the conversation answers a message at its first
+    try between each: it goes on answering, so it is not in a crash loop (a host that keeps
+    losing processes is not the conversation's fault)."""
+    processes.add(WorkerProcess(**FAULTY))
+    processes.add(WatchdogProcess())
+    (conversation,) = conversations(1)
+    sent = []
+    for i in range(3):
+        sent.append(send(conversation, f"{KILL_FIRST_ATTEMPT} {LONG_REPLY} ({i})"))
+        sent.append(send(conversation, f"Note number {i}."))
+    wait_finished(sent)
+
+    assert CrashRecord.objects.filter(conversation=conversation).count() == 3
+    assert Conversation.objects.get(pk=conversation.pk).state == "active"
+    assert not Alert.objects.filter(conversation=conversation).exists()
+    assert [run_states(m) for m in sent[1::2]] == [["completed"]] * 3
+    assert_promise_kept(sent)
+
+
 def test_twenty_messages_over_four_conversations_with_random_child_kills(processes):
     worker = processes.add(
         WorkerProcess(

@@ -596,16 +596,22 @@ def conversation_back_off_or_pause(
     *, conversation: Conversation, message: Message, crashed: bool, error: str
 ) -> None:
     """Wait longer after each recent failure of this message; pause the conversation after too
-    many recent unresolved crashes."""
+    many recent unresolved crashes in a row: with no message answered at its first try since
+    the first of them. A conversation that goes on answering is not in a crash loop, however
+    often its workers are killed (a host that keeps losing processes, a run of deploys); one
+    whose every message kills its first attempt is."""
     since = crash_window_start()
     crashes = CrashRecord.objects.filter(
         conversation=conversation, resolved_at=None, detected_at__gte=since
-    ).count()
+    )
+    if crashed and (answered := last_clean_answer(conversation.pk)) is not None:
+        crashes = crashes.filter(detected_at__gt=answered)
+    crashes = crashes.count()
     if crashed and crashes >= settings.CONTINUITY_PAUSE_AFTER_CRASHES:
         conversation_pause(
             conversation=conversation,
-            reason=f"{crashes} crashes within {settings.CONTINUITY_CRASH_WINDOW_SECONDS:g} s; "
-            f"last: {error}",
+            reason=f"{crashes} crashes within {settings.CONTINUITY_CRASH_WINDOW_SECONDS:g} s, "
+            f"with no message answered at its first try between them; last: {error}",
         )
         return
     # Counted per message: a dead-lettered poison message must not make its successor wait long.
@@ -614,6 +620,17 @@ def conversation_back_off_or_pause(
     ).count()
     Conversation.objects.filter(pk=conversation.pk).update(
         retry_at=db_now_plus(backoff_delay(failures)), waiting_for=""
+    )
+
+
+def last_clean_answer(conversation_id: int):
+    """When the conversation's newest answer given at the first try was stored; None if none.
+    Read only after a crash: the newest of the conversation's runs come first."""
+    return (
+        Run.objects.filter(conversation_id=conversation_id, state=Run.State.COMPLETED, attempt=1)
+        .order_by("-id")
+        .values_list("ended_at", flat=True)
+        .first()
     )
 
 
