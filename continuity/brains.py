@@ -102,17 +102,24 @@ def brain_choices() -> list[tuple[str, str]]:
 
 
 def brains_import() -> None:
-    """Import the brains that conversations may use (the default and the choices) now: a
-    worker does before it forks its pool, so every pool process has them. An attempt loads its
-    brain while it holds its conversation's lock, where a first import (the openai client's
-    takes about a second) would keep every other writer waiting."""
+    """Import the brains that conversations may use (the default and the choices) now, and
+    warm those that say how: a worker does before it forks its pool, so every pool process,
+    also one started after a crash, has them ready. The openai package's import takes 2 s of
+    CPU and its client's first request another 1.9 s; paid in each new pool process, they
+    delayed its first answer by seconds."""
     for name in {settings.CONTINUITY_BRAIN, *settings.CONTINUITY_BRAIN_CHOICES}:
         path = settings.CONTINUITY_BRAINS.get(name, "")
         try:
-            import_string(path)
+            brain = import_string(path)
         except ImportError:
             # Said where it matters: each attempt that needs it fails to load it, untouched.
             logger.exception("Brain %s cannot be imported", path or name)
+            continue
+        if hasattr(brain, "warm"):  # first-use costs of its own, taken before the fork too
+            try:
+                brain.warm()
+            except Exception:
+                logger.warning("Brain %s not warmed", path, exc_info=True)
 
 
 # This process's brains, by name: made once. A model brain's client took 87 ms of CPU to make

@@ -87,10 +87,49 @@ def alternating(turns: list[Turn]) -> list[dict[str, str]]:
     return messages
 
 
+# A canned answer for `OpenAIBrain.warm`, in the wire format of a streamed chat completion.
+WARM_STREAM = (
+    b'data: {"id":"w","object":"chat.completion.chunk","created":0,"model":"w","choices":'
+    b'[{"index":0,"delta":{"role":"assistant","content":"ok"},"finish_reason":"stop"}]}\n\n'
+    b"data: [DONE]\n\n"
+)
+WARM_COMPLETION = {
+    "id": "w",
+    "object": "chat.completion",
+    "created": 0,
+    "model": "w",
+    "choices": [
+        {"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}
+    ],
+}
+
+
 class OpenAIBrain:
     @classmethod
     def label(cls) -> str:
         return f"{settings.CONTINUITY_OPENAI_MODEL} (model server)"
+
+    @classmethod
+    def warm(cls) -> None:
+        """Make the client's first requests now, one streamed and one not, against a canned
+        answer (no network): the worker does before it forks its pool. The openai package
+        imports its resources (about 530 modules) and builds its response models at a
+        client's first request, 1.9 s of CPU: a new pool process, as after a crash, answered
+        that much later, and a kill within those seconds found the same message again."""
+
+        def answer(request: httpx.Request) -> httpx.Response:
+            if b'"stream":true' in request.content.replace(b" ", b""):
+                headers = {"content-type": "text/event-stream"}
+                return httpx.Response(200, headers=headers, content=WARM_STREAM)
+            return httpx.Response(200, json=WARM_COMPLETION)
+
+        with httpx.Client(transport=httpx.MockTransport(answer)) as http:
+            client = openai.OpenAI(base_url="http://warm.invalid/v1", api_key="w", http_client=http)
+            asked = [{"role": "user", "content": "ok"}]
+            with client.chat.completions.create(model="w", messages=asked, stream=True) as stream:
+                for _ in stream:
+                    pass
+            client.chat.completions.create(model="w", messages=asked)
 
     def __init__(self) -> None:
         self.base_url = settings.CONTINUITY_OPENAI_BASE_URL
