@@ -601,12 +601,12 @@ def conversation_back_off_or_pause(
     often its workers are killed (a host that keeps losing processes, a run of deploys); one
     whose every message kills its first attempt is."""
     since = crash_window_start()
-    crashes = CrashRecord.objects.filter(
+    unresolved = CrashRecord.objects.filter(
         conversation=conversation, resolved_at=None, detected_at__gte=since
     )
     if crashed and (answered := last_clean_answer(conversation.pk)) is not None:
-        crashes = crashes.filter(detected_at__gt=answered)
-    crashes = crashes.count()
+        unresolved = unresolved.filter(detected_at__gt=answered)
+    crashes = unresolved.count()
     if crashed and crashes >= settings.CONTINUITY_PAUSE_AFTER_CRASHES:
         conversation_pause(
             conversation=conversation,
