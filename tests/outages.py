@@ -23,6 +23,17 @@ def terminate_other_connections() -> int:
         return cursor.fetchone()[0]
 
 
+def sessions_waiting_on_a_lock_ended() -> int:
+    """End the sessions of the test database that wait for a lock, as a restart or a failover
+    ends a session mid-statement."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(pg_terminate_backend(l.pid)) FROM pg_locks l JOIN pg_stat_activity a "
+            "USING (pid) WHERE NOT l.granted AND a.datname = current_database()"
+        )
+        return cursor.fetchone()[0]
+
+
 def maintenance_execute(sql: str) -> None:
     """Run a statement from the cluster's maintenance database: a database cannot refuse
     connections while the statement comes through one of its own."""

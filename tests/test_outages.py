@@ -12,6 +12,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
+from dataclasses import dataclass
 
 import pytest
 from django.conf import settings
@@ -21,7 +22,12 @@ from django.test import Client
 from continuity.delivery.inbox import message_accept
 from continuity.models import Conversation, CrashRecord, DeadLetter, Message, Run
 from tests.factories import ConversationFactory
-from tests.outages import database_refuses_connections, postgres_can_restart, postgres_restart
+from tests.outages import (
+    database_refuses_connections,
+    postgres_can_restart,
+    postgres_restart,
+    sessions_waiting_on_a_lock_ended,
+)
 from tests.postgres import another_session
 from tests.processes import WatchdogProcess, WebProcess, WorkerProcess
 from tests.relay import RELAY_HOST, TcpRelay, black_hole
@@ -149,35 +155,48 @@ def test_three_postgres_restarts_during_replies_dead_letter_and_pause_nothing(pr
     assert_promise_kept(messages)
 
 
-def test_a_black_holed_database_connection_fails_within_seconds_as_an_outage(processes):
+@dataclass
+class Relayed:
+    relay: TcpRelay
+    worker: WorkerProcess
+
+
+@pytest.fixture
+def relayed(processes):
+    """A worker (writing slowly) that reaches PostgreSQL through a TCP relay of the test's,
+    and a watchdog that reaches it directly."""
+    database = connection.settings_dict
+    relay = TcpRelay(("127.0.0.1", int(database["PORT"] or 5432))).start()
+    through_relay = f"postgres://{database['USER']}@{RELAY_HOST}:{relay.port}/{database['NAME']}"
+    try:
+        worker = processes.add(
+            WorkerProcess(CONTINUITY_BUILTIN_TOKEN_DELAY="0.05", DATABASE_URL=through_relay)
+        )
+        processes.add(WatchdogProcess())
+        yield Relayed(relay=relay, worker=worker)
+    finally:
+        relay.stop()
+
+
+def test_a_black_holed_database_connection_fails_within_seconds_as_an_outage(relayed):
     """The worker reaches the database through a relay whose address is then black-holed
     mid-reply: its packets vanish, with no reset and no refusal. Its statements fail within
     the connection's TCP user timeout (10 s) instead of the kernel's minutes, the attempt is
     given back as a database outage (no crash, no attempt used up) while the watchdog, which
     still reaches the database, leaves it alone (its heartbeat key lives on), and once the
     hole closes the reply is completed, once."""
-    database = connection.settings_dict
-    relay = TcpRelay(("127.0.0.1", int(database["PORT"] or 5432))).start()
-    try:
-        through_relay = (
-            f"postgres://{database['USER']}@{RELAY_HOST}:{relay.port}/{database['NAME']}"
+    worker = relayed.worker
+    message = message_accept(
+        conversation=ConversationFactory(), text=LONG_REPLY, client_id=uuid.uuid4()
+    )
+    run = wait_streaming(message)
+    with black_hole():
+        wait_for(
+            lambda: "Database unavailable; retrying" in worker.log(),
+            timeout=30,
+            what="the attempt's statement to fail on the black-holed connection",
         )
-        worker = processes.add(
-            WorkerProcess(CONTINUITY_BUILTIN_TOKEN_DELAY="0.05", DATABASE_URL=through_relay)
-        )
-        processes.add(WatchdogProcess())
-        conversation = ConversationFactory()
-        message = message_accept(conversation=conversation, text=LONG_REPLY, client_id=uuid.uuid4())
-        run = wait_streaming(message)
-        with black_hole():
-            wait_for(
-                lambda: "Database unavailable; retrying" in worker.log(),
-                timeout=30,
-                what="the attempt's statement to fail on the black-holed connection",
-            )
-        wait_finished([message], timeout=60)
-    finally:
-        relay.stop()
+    wait_finished([message], timeout=60)
 
     run.refresh_from_db()
     assert run.state == "interrupted" and run.error.startswith("Database unavailable")
@@ -187,29 +206,19 @@ def test_a_black_holed_database_connection_fails_within_seconds_as_an_outage(pro
     assert_promise_kept([message])
 
 
-def test_a_lost_commit_acknowledgement_is_found_out_by_the_next_attempt(processes):
+def test_a_lost_commit_acknowledgement_is_found_out_by_the_next_attempt(relayed):
     """The COMMIT that stores the reply's step reaches the server, which commits it, but its
     answer is lost and the worker's connection reset: the worker cannot know whether it
     committed. It gives the attempt back as a database outage; the next attempt finds the
     step stored and does not write the reply again."""
-    database = connection.settings_dict
-    relay = TcpRelay(("127.0.0.1", int(database["PORT"] or 5432))).start()
-    try:
-        through_relay = (
-            f"postgres://{database['USER']}@{RELAY_HOST}:{relay.port}/{database['NAME']}"
-        )
-        processes.add(
-            WorkerProcess(CONTINUITY_BUILTIN_TOKEN_DELAY="0.05", DATABASE_URL=through_relay)
-        )
-        processes.add(WatchdogProcess())
-        conversation = ConversationFactory()
-        message = message_accept(conversation=conversation, text=LONG_REPLY, client_id=uuid.uuid4())
-        run = wait_streaming(message)
-        relay.lose_next_commit_ack()
-        wait_for(lambda: relay.commit_acks_lost == 1, timeout=30, what="a COMMIT's answer lost")
-        wait_finished([message], timeout=60)
-    finally:
-        relay.stop()
+    relay = relayed.relay
+    message = message_accept(
+        conversation=ConversationFactory(), text=LONG_REPLY, client_id=uuid.uuid4()
+    )
+    run = wait_streaming(message)
+    relay.lose_next_commit_ack()
+    wait_for(lambda: relay.commit_acks_lost == 1, timeout=30, what="a COMMIT's answer lost")
+    wait_finished([message], timeout=60)
 
     assert run_states(message) == ["interrupted", "completed"]
     run.refresh_from_db()
@@ -253,12 +262,3 @@ def test_a_send_whose_connection_breaks_mid_request_is_tried_again_not_refused(p
     assert ended >= 1 and status == 200, html[:500]
     assert list(Message.objects.values_list("text", flat=True)) == [body["text"]]
     assert "Database unavailable" in web.log()  # the broken try, logged and tried again
-
-
-def sessions_waiting_on_a_lock_ended() -> int:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(pg_terminate_backend(l.pid)) FROM pg_locks l JOIN pg_stat_activity a "
-            "USING (pid) WHERE NOT l.granted AND a.datname = current_database()"
-        )
-        return cursor.fetchone()[0]

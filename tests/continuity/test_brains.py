@@ -25,11 +25,11 @@ print(sorted(name for name in sys.modules if name.startswith("chat.brains")))
 """
 
 
-def test_a_worker_imports_the_brains_it_may_use_before_it_forks():
-    receivers = [receiver() for _, receiver in worker_init.receivers]
-    assert worker_signals.on_worker_init in receivers
-    probe = subprocess.run(
-        [sys.executable, "-c", PROBE],
+def worker_probe(script: str) -> subprocess.CompletedProcess:
+    """`script` run in a process of its own, configured as a worker whose conversations may
+    use the built-in brain and the openai one."""
+    return subprocess.run(
+        [sys.executable, "-c", script],
         env={
             **os.environ,
             "DJANGO_SETTINGS_MODULE": "tests.settings",
@@ -40,6 +40,12 @@ def test_a_worker_imports_the_brains_it_may_use_before_it_forks():
         timeout=60,
         cwd=settings.BASE_DIR,
     )
+
+
+def test_a_worker_imports_the_brains_it_may_use_before_it_forks():
+    receivers = [receiver() for _, receiver in worker_init.receivers]
+    assert worker_signals.on_worker_init in receivers
+    probe = worker_probe(PROBE)
     assert "'chat.brains.openai'" in probe.stdout, probe.stderr[-2000:]
 
 
@@ -84,17 +90,6 @@ def test_a_worker_warms_the_model_client_before_it_forks():
     """The openai package imports about 530 modules at a client's first request (1.9 s of CPU
     with building its response models): taken in the worker before its fork, a new pool
     process's first answer does not wait for them."""
-    probe = subprocess.run(
-        [sys.executable, "-c", WARMED_PROBE],
-        env={
-            **os.environ,
-            "DJANGO_SETTINGS_MODULE": "tests.settings",
-            "CONTINUITY_BRAIN_CHOICES": "builtin,openai",
-        },
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=settings.BASE_DIR,
-    )
+    probe = worker_probe(WARMED_PROBE)
     assert "answer: You said: hello" in probe.stdout, probe.stderr[-2000:]
     assert "imported: []" in probe.stdout, probe.stdout[-2000:]
