@@ -40,7 +40,7 @@ from ..errors import (
     WorkerStopping,
 )
 from ..live.events import publish_conversation_changed, publish_reply_chunk
-from ..models import Checkpoint, Conversation, Message, ReplyChunk, Run
+from ..models import Conversation, Message, ReplyChunk, Run
 from ..ops.faults import fault_point
 from .attempts import (
     Finished,
@@ -113,11 +113,25 @@ class Preparation:
 
     def __call__(self, run: Run, message: Message, read: list[list[tuple]]) -> None:
         fault_point("attempt_locked")
-        stored = checkpoints_stored(run=run, message=message)
+        stored, *read = read
         context = context_prepare(run=run, message=message, read=read)
         self.begun = Begun(
-            run=run, brain_name=message.conversation.brain, stored=stored, context=context
+            run=run,
+            brain_name=message.conversation.brain,
+            stored={step: sql.json_value(output) for step, output in stored},
+            context=context,
         )
+
+
+def attempt_reads(message: Message) -> list[sql.Statement]:
+    """What an attempt reads as it begins, in the round trip that begins it: the checkpoints
+    earlier attempts stored for the message (those steps are not run again), then its context.
+    Read on every attempt, as no count on the message says for sure whether one ran before: a
+    model server's outage gives its attempts back uncounted."""
+    return [
+        ("SELECT step, output FROM continuity_checkpoint WHERE message_id = %s", [message.pk]),
+        *context_statements(message=message),
+    ]
 
 
 def attempt_first(*, conversation_id: int, node: str) -> Begun | None:
@@ -126,7 +140,7 @@ def attempt_first(*, conversation_id: int, node: str) -> Begun | None:
     run = attempt_begin(
         conversation_id=conversation_id,
         node=node,
-        reads=lambda message: context_statements(message=message),
+        reads=attempt_reads,
         on_begin=preparation,
     )
     return preparation.begun if run is not None else None
@@ -140,7 +154,7 @@ def attempt_next(conversation: Conversation, message: Message, *, node: str) -> 
         conversation=conversation,
         message=message,
         node=node,
-        reads=lambda message: context_statements(message=message),
+        reads=attempt_reads,
         on_begin=preparation,
     )
     return preparation.begun
@@ -174,14 +188,6 @@ def attempt_resumes(*, run: Run, message: Message) -> bool:
     """Whether an earlier attempt on the message stopped (crashed, failed or was interrupted;
     an interruption gives its attempt back, so the count alone does not say)."""
     return run.attempt > 1 or message.interruptions > 0
-
-
-def checkpoints_stored(*, run: Run, message: Message) -> dict[str, dict]:
-    """Every checkpoint an earlier attempt stored for the message, by step, in one query: those
-    steps are not run again. A first attempt has none to look for."""
-    if not attempt_resumes(run=run, message=message):
-        return {}
-    return dict(Checkpoint.objects.filter(message_id=message.pk).values_list("step", "output"))
 
 
 def attempt_execute(*, begun: Begun, node: str = "", turn_ends: float = 0.0) -> Finished[Begun]:

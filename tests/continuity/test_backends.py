@@ -16,7 +16,7 @@ from django.urls import reverse
 from continuity.delivery.backends import backend_down
 from continuity.delivery.inbox import drains_waiting, message_accept
 from continuity.delivery.processing import drain_conversation
-from continuity.models import Alert, Conversation, CrashRecord, DeadLetter, Message, Run
+from continuity.models import Alert, Checkpoint, Conversation, CrashRecord, DeadLetter, Message, Run
 from continuity.ops.fake_model import FakeOpenAI, reply_to
 from continuity.ops.redis_server import free_port
 from tests.factories import ConversationFactory, UserFactory
@@ -129,6 +129,37 @@ def test_a_server_that_is_down_and_comes_back_costs_no_attempt_and_answers_in_or
     assert Message.objects.filter(role="user", state="done", attempts=1).count() == 4
     assert not CrashRecord.objects.exists() and not DeadLetter.objects.exists()
     assert backend_down(backend) is None
+
+
+def test_an_attempt_given_back_uncounted_goes_on_from_its_checkpoints(server, settings):
+    """Within a declared outage (here from the first failure) the give-back is not counted, so
+    nothing on the message says an attempt ran. The next attempt still reuses the steps it
+    stored; storing them again failed it and charged the message (seen in a chaos run)."""
+    settings.CONTINUITY_BACKEND_UNAVAILABLE_AFTER = 1
+    chat = openai_conversation(UserFactory())
+    question = send(chat, "Remember that the oven runs hot")
+
+    drain_conversation(conversation_id=chat.pk)  # refused after its plan was stored
+
+    message = Message.objects.get(pk=question.pk)
+    assert (message.state, message.attempts, message.interruptions) == ("queued", 0, 0)
+    assert list(Checkpoint.objects.filter(message=question).values_list("step", flat=True)) == [
+        "plan"
+    ]
+    server.start(port=server.port)
+    backend = f"openai http://127.0.0.1:{server.port}/v1"
+    wait_for(lambda: backend_down(backend) is None, timeout=10, what="the server's next try")
+    due_now(chat)
+    drain_conversation(conversation_id=chat.pk)
+
+    runs = Run.objects.filter(message=question).order_by("id")
+    assert [(run.state, run.error[:24]) for run in runs] == [
+        ("interrupted", "Model server unavailable"),
+        ("completed", ""),
+    ]
+    message.refresh_from_db()
+    assert (message.state, message.attempts) == ("done", 1)
+    assert Message.objects.get(reply_to=question).text == reply_to(question.text)
 
 
 def test_failures_within_a_backoff_count_once(settings):
