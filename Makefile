@@ -14,15 +14,21 @@ run: $(RUNTIME)
 
 AXE := tests/browser/node_modules/axe-core/axe.min.js
 
-# Three pytest processes: the suite on PostgreSQL; again on SQLite (`make run`'s database), all
-# but what is marked PostgreSQL-only; the browser tests (see README "Two commands").
+# Test processes side by side (pytest-xdist); each has its own database and Redis.
+TEST_WORKERS ?= 2
+
+# The suite on PostgreSQL (what disturbs tests beside it, marked `exclusive`, alone after the
+# rest); again on SQLite (`make run`'s database), all but what is marked PostgreSQL-only; the
+# browser tests (see README "Two commands").
 test: $(DEV) $(AXE)
 	scripts/ensure-test-services
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
-	DATABASE_URL=sqlite://:memory: $(BIN)/python -m pytest -m "not postgresql" $(PYTEST_ARGS)
-	$(BIN)/python -m pytest tests/browser $(PYTEST_ARGS)
+	rm -rf test-artifacts
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) -m "not exclusive" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m exclusive $(PYTEST_ARGS)
+	DATABASE_URL=sqlite://:memory: $(BIN)/python -m pytest -n $(TEST_WORKERS) -m "not postgresql" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) tests/browser $(PYTEST_ARGS)
 
 # Measures the engine and writes docs/benchmarks.md (README "Benchmarks"); not part of `make test`,
 # which makes only a smoke run of it. `make bench BENCH_ARGS="--only latency"` runs one section.

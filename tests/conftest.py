@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import contextlib
-import shutil
 from pathlib import Path
 
 import pytest
@@ -11,7 +10,7 @@ from django.db import connection
 
 from continuity.live.events import publisher_flush
 from tests.factories import ConversationFactory, UserFactory
-from tests.processes import ARTIFACTS, WatchdogProcess, WebProcess, WorkerProcess
+from tests.processes import WatchdogProcess, WebProcess, WorkerProcess
 
 BROWSER_TESTS = Path(__file__).resolve().parent / "browser"
 
@@ -45,21 +44,16 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.postgresql(FAULT))
         elif PROCESS_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.postgresql(STARTS_PROCESSES))
-        marker = item.get_closest_marker("postgresql")
-        if marker and not (marker.args or marker.kwargs.get("reason")):
-            raise pytest.UsageError(f"{item.nodeid}: say why it needs PostgreSQL")
+        for name, why in (("postgresql", "it needs PostgreSQL"), ("exclusive", "it runs alone")):
+            marker = item.get_closest_marker(name)
+            if marker and not (marker.args or marker.kwargs.get("reason")):
+                raise pytest.UsageError(f"{item.nodeid}: say why {why}")
 
 
 def pytest_report_header(config):
     if not browser_run(config):
         return "browser tests left out: they run in their own process, `pytest tests/browser`"
     return None
-
-
-def pytest_sessionstart(session):
-    # The SQLite lane and the browser run follow the main one: they keep its processes' logs.
-    if not browser_run(session.config) and connection.vendor == "postgresql":
-        shutil.rmtree(ARTIFACTS, ignore_errors=True)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -10,7 +10,9 @@ from collections.abc import Iterator
 
 from continuity.ops.redis_server import RedisServer
 
-URL_ENV = "CONTINUITY_TEST_REDIS_URL"
+# One per pytest process: each of pytest-xdist's workers (PYTEST_XDIST_WORKER, which the
+# processes a test starts inherit too) has its own, as it has its own test database.
+URL_ENV = "CONTINUITY_TEST_REDIS_URL" + os.environ.get("PYTEST_XDIST_WORKER", "").upper()
 _server: RedisServer | None = None
 
 

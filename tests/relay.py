@@ -5,6 +5,8 @@ no refusal), while everything else on the machine goes on."""
 from __future__ import annotations
 
 import contextlib
+import os
+import re
 import socket
 import struct
 import subprocess
@@ -13,8 +15,10 @@ from collections.abc import Iterator
 from functools import partial
 
 # An address of the loopback network that nothing else uses: a black-hole route for it leaves
-# 127.0.0.1 (the database, Redis, the tests' own connections) alone.
-RELAY_HOST = "127.77.0.1"
+# 127.0.0.1 (the database, Redis, the tests' own connections) alone. One per pytest-xdist
+# worker (gw0 → 127.77.0.1), so that one worker's black hole swallows no other's relay.
+_xdist_worker = re.sub(r"\D", "", os.environ.get("PYTEST_XDIST_WORKER", "")) or "0"
+RELAY_HOST = f"127.77.0.{int(_xdist_worker) + 1}"
 
 
 # PostgreSQL's CommandComplete message for a COMMIT: type "C", its length, the tag.

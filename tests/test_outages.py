@@ -122,6 +122,7 @@ def test_an_outage_longer_than_the_retry_window_is_an_interruption_not_a_crash(p
 
 
 @pytest.mark.skipif(not postgres_can_restart(), reason="needs the local cluster's pg_ctlcluster")
+@pytest.mark.exclusive("restarts the machine's PostgreSQL, which every test running beside it uses")
 def test_three_postgres_restarts_during_replies_dead_letter_and_pause_nothing(processes):
     """Default attempt and pause settings: three crash-like restarts hit three replies."""
     worker = processes.add(WorkerProcess(CONTINUITY_BUILTIN_TOKEN_DELAY="0.05"))
