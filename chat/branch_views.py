@@ -1,5 +1,6 @@
-"""Versions and branches of a conversation: edit a sent message, regenerate the last reply, show
-another version, and load older exchanges of the shown branch."""
+"""Versions and branches of a conversation: edit a sent message, regenerate the last reply,
+continue a reply the model cut off, show another version, and load older exchanges of the shown
+branch."""
 
 from __future__ import annotations
 
@@ -11,11 +12,16 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
 from continuity.delivery.branches import message_edit, reply_regenerate, version_show
+from continuity.delivery.inbox import message_accept
 from continuity.errors import ClientIdReused, InvalidMessage, InvalidTransition
 from continuity.models import Message
 from continuity.selectors import exchanges_page
 
+from .throttles import rate_limit_wait
 from .views import PAGE, conversation_url, login_required_or_401, own_conversation
+
+# The follow-up *Continue* sends: the model sees its cut-off reply just before it.
+CONTINUE_TEXT = "Please go on from where your reply stopped."
 
 
 class ClientIdForm(forms.Form):
@@ -88,6 +94,34 @@ def reply_regenerate_view(request: HttpRequest, pk: int, message_pk: int) -> Htt
     try:
         added = reply_regenerate(message=message, client_id=form.cleaned_data["client_id"])
     except (InvalidTransition, ClientIdReused) as error:
+        return refused(request, message, str(error), 409)
+    return done(request, message, added.pk)
+
+
+@never_cache
+@require_POST
+@login_required_or_401
+def reply_continue_view(request: HttpRequest, pk: int, message_pk: int) -> HttpResponse:
+    """*Continue* a reply the model cut off at its length limit: a follow-up message, sent like
+    any other, asks it to go on."""
+    message = own_user_message(request, pk, message_pk)
+    form = ClientIdForm(request.POST)
+    if not form.is_valid():
+        return refused(request, message, form_error(form), 422)
+    if not Message.objects.filter(reply_to=message, cut_off=True).exists():
+        return refused(request, message, "Only a reply that was cut off can be continued.", 409)
+    if seconds := rate_limit_wait(action="send", user_id=request.user.pk):
+        too_fast = f"You are sending faster than the assistant can answer. Wait {seconds} s."
+        response = refused(request, message, too_fast, 429)
+        response["Retry-After"] = str(seconds)
+        return response
+    try:
+        added = message_accept(
+            conversation=message.conversation,
+            text=CONTINUE_TEXT,
+            client_id=form.cleaned_data["client_id"],
+        )
+    except ClientIdReused as error:
         return refused(request, message, str(error), 409)
     return done(request, message, added.pk)
 

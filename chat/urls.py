@@ -18,6 +18,11 @@ urlpatterns = [
         name="regenerate",
     ),
     path(
+        "c/<int:pk>/messages/<int:message_pk>/continue/",
+        branch_views.reply_continue_view,
+        name="continue",
+    ),
+    path(
         "c/<int:pk>/messages/<int:message_pk>/show/",
         branch_views.version_show_view,
         name="version_show",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
@@ -69,12 +69,19 @@ class Context:
     recovery: RecoveryNote | None = None
 
 
+# What `Brain.respond` returns when the model stopped at its length limit (`max_tokens`): the
+# reply is kept as written, marked as cut off, and the person may ask it to go on.
+CUT_OFF = "cut_off"
+
+
 class Brain(Protocol):
     def plan(self, context: Context) -> dict:
         """Decide what to do; the result must be JSON-serialisable (it is checkpointed)."""
 
-    def respond(self, context: Context, plan: dict) -> Iterator[str]:
-        """Yield the reply piece by piece as it is produced."""
+    def respond(self, context: Context, plan: dict) -> Generator[str, None, str | None]:
+        """Yield the reply piece by piece as it is produced; return CUT_OFF when the model
+        stopped at its length limit. A reply the model did not finish otherwise (its stream
+        ended early) is an error, raised: never returned as if it were the answer."""
 
     def remember(self, context: Context, plan: dict, reply: str) -> dict[str, str]:
         """Durable facts about the user learned from this turn."""

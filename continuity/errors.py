@@ -34,6 +34,12 @@ class BackendUnavailable(Exception):
         self.retry_after = retry_after
 
 
+class EmptyReply(Exception):
+    """The brain finished its reply without writing anything: never stored as an answer. The
+    attempt fails and is tried again, and a message that keeps getting nothing is
+    dead-lettered with this reason."""
+
+
 class AttemptStopped(Exception):
     """This attempt no longer owns its message (superseded, reaped or interrupted): stop quietly."""
 

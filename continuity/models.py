@@ -130,6 +130,12 @@ class Message(models.Model):
         default=False,
         help_text="For a reply: its owner stopped it; the text is what was written until then.",
     )
+    cut_off = models.BooleanField(
+        default=False,
+        db_default=False,  # raw inserts (the bench's history) need not name it
+        help_text="For a reply: the model stopped at its length limit; the text is what it "
+        "wrote until then, and the person may ask it to go on.",
+    )
     reasked_from = models.ForeignKey(
         "self",
         null=True,

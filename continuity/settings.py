@@ -372,6 +372,15 @@ CONTINUITY_OPENAI_TEMPERATURE = env_float("CONTINUITY_OPENAI_TEMPERATURE", 0.7)
 CONTINUITY_OPENAI_REQUEST_TIMEOUT = env_float("CONTINUITY_OPENAI_REQUEST_TIMEOUT", 60)
 CONTINUITY_OPENAI_IDLE_TIMEOUT = env_float("CONTINUITY_OPENAI_IDLE_TIMEOUT", 30)
 CONTINUITY_OPENAI_MAX_RETRIES = env_int("CONTINUITY_OPENAI_MAX_RETRIES", 2)
+# The most tokens a reply may take (sent as `max_tokens`; room kept for it in the window). A
+# reply that reaches it is kept, marked as cut off, and may be continued.
+CONTINUITY_OPENAI_MAX_TOKENS = env_int("CONTINUITY_OPENAI_MAX_TOKENS", 1024)
+# Summaries (compaction) and titles are bounded in length and time, and not retried by the
+# client: neither may hold a worker process for a minute. A summary that fails gives the
+# attempt back (the server's fault); a title that fails falls back to the built-in one.
+CONTINUITY_OPENAI_SUMMARY_MAX_TOKENS = env_int("CONTINUITY_OPENAI_SUMMARY_MAX_TOKENS", 512)
+CONTINUITY_OPENAI_SUMMARY_TIMEOUT = env_float("CONTINUITY_OPENAI_SUMMARY_TIMEOUT", 30)
+CONTINUITY_OPENAI_TITLE_TIMEOUT = env_float("CONTINUITY_OPENAI_TITLE_TIMEOUT", 10)
 # A model server that cannot answer (refused, 5xx, 429, silent before the first token) gives
 # the attempt back and waits its own backoff, longer after each failure in a row (or what its
 # Retry-After asks); after this many in a row it is marked unavailable, staff are alerted, and

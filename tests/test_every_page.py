@@ -48,6 +48,7 @@ NOT_PAGES = {
     "c/<int:pk>/messages/<int:message_pk>/retry/": ACTION,
     "c/<int:pk>/messages/<int:message_pk>/edit/": ACTION,
     "c/<int:pk>/messages/<int:message_pk>/regenerate/": ACTION,
+    "c/<int:pk>/messages/<int:message_pk>/continue/": ACTION,
     "c/<int:pk>/messages/<int:message_pk>/show/": ACTION,
     "c/<int:pk>/rename/": ACTION,
     "c/<int:pk>/brain/": ACTION,

@@ -9,7 +9,7 @@ is remembered whatever the model makes of it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 
 import httpx
@@ -17,7 +17,7 @@ import openai
 from django.conf import settings
 
 from chat.brains.builtin import BuiltinBrain, clip
-from continuity.brains import Context, Turn
+from continuity.brains import CUT_OFF, Context, Turn
 from continuity.errors import BackendUnavailable, PermanentError
 from continuity.models import handoff_markdown
 
@@ -152,9 +152,14 @@ class OpenAIBrain:
     def plan(self, context: Context) -> dict:
         return {"facts": self.builtin.facts_in(context.text)}
 
-    def respond(self, context: Context, plan: dict) -> Iterator[str]:
+    def respond(self, context: Context, plan: dict) -> Generator[str, None, str | None]:
+        """The reply as the server streams it. Its `finish_reason` says how it ended: `stop`,
+        complete; `length`, cut off at `max_tokens` (kept, marked so); none at all, a stream
+        the server ended without finishing the reply (llama-cpp-python's does when another
+        request interrupts it): the attempt is given back, as for any server failure."""
         idle = settings.CONTINUITY_OPENAI_IDLE_TIMEOUT
         started = False
+        finished = None
         with self.errors_explained(
             timeout=f"sent no token for {idle:g} s", answering=lambda: started
         ):
@@ -162,6 +167,7 @@ class OpenAIBrain:
                 model=self.model,
                 messages=prompt_messages(context),
                 temperature=settings.CONTINUITY_OPENAI_TEMPERATURE,
+                max_tokens=settings.CONTINUITY_OPENAI_MAX_TOKENS,
                 stream=True,
             )
             # Closing the stream (also when the attempt is stopped mid-reply and this generator
@@ -172,6 +178,16 @@ class OpenAIBrain:
                         if choice.delta and choice.delta.content:
                             started = True
                             yield choice.delta.content
+                        finished = choice.finish_reason or finished
+        if finished == "length":
+            return CUT_OFF
+        if finished is None:
+            raise BackendUnavailable(
+                f"The model server at {self.base_url} ended the reply without finishing it "
+                f"(no finish_reason; model {self.model!r}).",
+                backend=self.backend,
+            )
+        return None
 
     def remember(self, context: Context, plan: dict, reply: str) -> dict[str, str]:
         return plan["facts"]
@@ -180,32 +196,45 @@ class OpenAIBrain:
         return self.builtin.task_state(context, plan, reply)
 
     def summarize(self, turns: list[Turn], previous_summary: str) -> str:
+        """The model's summary; the built-in brain's extractive one when the model's came back
+        empty or cut off at its length limit (either would silently drop the turns it
+        replaces)."""
         transcript = "\n".join(f"{turn.role}: {turn.text}" for turn in turns)
         previous = previous_summary.strip() or "(none)"
         request = f"Previous summary:\n{previous}\n\nNew turns:\n{transcript}"
-        waited = settings.CONTINUITY_OPENAI_REQUEST_TIMEOUT
+        waited = settings.CONTINUITY_OPENAI_SUMMARY_TIMEOUT
         with self.errors_explained(timeout=f"did not answer within {waited:g} s"):
-            completion = self.client.chat.completions.create(
+            # Nothing arrives until the whole summary is written: the idle timeout would cut it
+            # off, so the whole request gets a timeout of its own instead.
+            completion = self.client.with_options(
+                timeout=httpx.Timeout(waited), max_retries=0
+            ).chat.completions.create(
                 model=self.model,
                 messages=[
                     {"role": "system", "content": SUMMARY_INSTRUCTIONS},
                     {"role": "user", "content": request},
                 ],
                 temperature=0,
-                # Nothing arrives until the whole summary is written: the idle timeout would
-                # cut it off, so the whole request gets the request timeout instead.
-                timeout=httpx.Timeout(waited),
+                max_tokens=settings.CONTINUITY_OPENAI_SUMMARY_MAX_TOKENS,
             )
-        text = (completion.choices[0].message.content or "").strip() if completion.choices else ""
-        # An empty summary would silently drop the turns it replaces.
-        return text or self.builtin.summarize(turns, previous_summary)
+        choice = completion.choices[0] if completion.choices else None
+        text = (choice.message.content or "").strip() if choice else ""
+        if not text or choice.finish_reason == "length":
+            logger.warning(
+                "Summary from %s empty or cut off; using the built-in one", self.base_url
+            )
+            return self.builtin.summarize(turns, previous_summary)
+        return text
 
     def title(self, context: Context, reply: str) -> str:
-        """One short request; on any failure of the model server, the built-in brain's title
-        (a title is not worth a failed answer)."""
+        """One short request, bounded in time; on any failure of the model server, the
+        built-in brain's title (a title is not worth a failed answer, nor a worker's minute)."""
         try:
-            with self.errors_explained(timeout="did not answer"):
-                completion = self.client.chat.completions.create(
+            waited = settings.CONTINUITY_OPENAI_TITLE_TIMEOUT
+            with self.errors_explained(timeout=f"did not answer within {waited:g} s"):
+                completion = self.client.with_options(
+                    timeout=httpx.Timeout(waited), max_retries=0
+                ).chat.completions.create(
                     model=self.model,
                     messages=[
                         {"role": "system", "content": TITLE_INSTRUCTIONS},
@@ -213,7 +242,6 @@ class OpenAIBrain:
                     ],
                     temperature=0,
                     max_tokens=24,
-                    timeout=httpx.Timeout(settings.CONTINUITY_OPENAI_REQUEST_TIMEOUT),
                 )
             title = completion.choices[0].message.content if completion.choices else ""
         except Exception:

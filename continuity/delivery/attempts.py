@@ -317,6 +317,7 @@ def reply_store(
     run_state: str,
     error: str = "",
     stopped: bool = False,
+    cut_off: bool = False,
     first: Sequence[sql.Statement] = (),
     then: Sequence[sql.Statement] = (),
     follow_up: bool = True,
@@ -346,6 +347,7 @@ def reply_store(
         state=Message.State.DONE,
         reply_to_id=run.message_id,
         stopped=stopped,
+        cut_off=cut_off,
     )
     found = sql.batch(
         (
@@ -404,6 +406,7 @@ def attempt_finish(
     *,
     run: Run,
     reply_text: str,
+    cut_off: bool = False,
     task_state: dict | None = None,
     remembered: dict[str, str] | None = None,
     follow_up: bool = True,
@@ -432,6 +435,7 @@ def attempt_finish(
             finished, begun = reply_and_next(
                 run=run,
                 reply_text=reply_text,
+                cut_off=cut_off,
                 task_state=task_state,
                 remembered=remembered,
                 follow_up=follow_up,
@@ -453,6 +457,7 @@ def reply_and_next(
     *,
     run: Run,
     reply_text: str,
+    cut_off: bool,
     task_state: dict | None,
     remembered: dict[str, str] | None,
     follow_up: bool,
@@ -464,6 +469,7 @@ def reply_and_next(
     _, more_pending, (locked, latest_handoff, *next_up) = reply_store(
         run=run,
         text=reply_text,
+        cut_off=cut_off,
         run_state=Run.State.COMPLETED,
         first=first,
         then=then,

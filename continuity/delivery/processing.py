@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import time
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from functools import partial
 from threading import Event
@@ -19,7 +19,7 @@ from django.core.exceptions import ValidationError
 from django.db import InterfaceError, OperationalError, connection, transaction
 
 from .. import sql
-from ..brains import Brain, Context, brain_load
+from ..brains import CUT_OFF, Brain, Context, brain_load
 from ..context.assembly import (
     ContextRefs,
     context_assembled,
@@ -35,6 +35,7 @@ from ..errors import (
     MODEL_UNAVAILABLE,
     AttemptStopped,
     BackendUnavailable,
+    EmptyReply,
     NextAttemptFailed,
     PermanentError,
     WorkerStopping,
@@ -203,19 +204,21 @@ def attempt_execute(*, begun: Begun, node: str = "", turn_ends: float = 0.0) -> 
         if brain is None:
             return finished
         try:
-            context, reply_text, task_state, remembered = steps_run(
+            answer = steps_run(
                 run=run,
                 brain=brain,
                 stopped=heartbeat.stopped,
                 stored=begun.stored,
                 context=context,
             )
+            context = answer.context
             finish = partial(
                 attempt_finish,
                 run=run,
-                reply_text=reply_text,
-                task_state=task_state,
-                remembered=remembered,
+                reply_text=answer.text,
+                cut_off=answer.cut_off,
+                task_state=answer.task_state,
+                remembered=answer.remembered,
                 follow_up=time.monotonic() >= turn_ends,
             )
             try:
@@ -262,7 +265,7 @@ def attempt_execute(*, begun: Begun, node: str = "", turn_ends: float = 0.0) -> 
             )
     if answered:  # after the heartbeat stopped: the attempt is over
         try:
-            conversation_title(context=context, brain=brain, reply=reply_text)
+            conversation_title(context=context, brain=brain, reply=answer.text)
         except Exception:  # the answer is committed; a title is not worth failing for
             logger.warning("Conversation %s not titled", run.conversation_id, exc_info=True)
     return finished
@@ -319,6 +322,18 @@ def record_when_database_returns(record: Callable[[], object], *, stopped: Event
             pause = min(pause * 2, 5.0)
 
 
+@dataclass(frozen=True)
+class Answer:
+    """What an attempt's steps produced, to be stored in the transaction that ends it."""
+
+    context: Context  # as the attempt assembled it
+    text: str
+    cut_off: bool  # the model stopped at its length limit
+    task_state: dict | None  # the sections of the end-of-turn handoff, None when unchanged
+    remembered: dict[str, str] | None  # the last step's facts; None when an earlier attempt
+    # stored them
+
+
 def steps_run(
     *,
     run: Run,
@@ -326,10 +341,9 @@ def steps_run(
     stopped: Event,
     stored: dict[str, dict],
     context: Context | None = None,
-) -> tuple[Context, str, dict | None, dict[str, str] | None]:
-    """The context the attempt assembled, the reply, the task state the brain reports for the
-    end-of-turn handoff, and the facts of the last step (remember), which commit with the reply
-    (None when an earlier attempt stored them)."""
+) -> Answer:
+    """Run the attempt's steps, each checkpointed (or taken from an earlier attempt's
+    checkpoint), up to the facts of the last one (remember), which commit with the reply."""
     if context is None:
         message = Message.objects.select_related("conversation").get(pk=run.message_id)
         if stopped.is_set():
@@ -337,14 +351,15 @@ def steps_run(
         context = context_assemble(run=run, message=message, brain=brain)
     plan = step(run, "plan", stopped, stored, lambda: brain.plan(context))
     streamed = ReplyStream(run=run, stopped=stopped)
-    reply = step(
+    replied = step(
         run,
         "respond",
         stopped,
         stored,
-        lambda: {"reply": streamed.collect(brain.respond(context, plan))},
+        lambda: streamed.collect(brain.respond(context, plan)),
         apply=streamed.store_rest,
-    )["reply"]
+    )
+    reply = replied["reply"]
     if backend := getattr(brain, "backend", None):
         backend_answered(backend)
     remembered = None
@@ -352,7 +367,13 @@ def steps_run(
         if stopped.is_set():
             raise AttemptStopped(f"Run {run.pk} stopped before step remember.")
         remembered = brain.remember(context, plan, reply)
-    return context, reply, brain.task_state(context, plan, reply), remembered
+    return Answer(
+        context=context,
+        text=reply,
+        cut_off=bool(replied.get("cut_off")),
+        task_state=brain.task_state(context, plan, reply),
+        remembered=remembered,
+    )
 
 
 def context_prepare(*, run: Run, message: Message, read: list[list[tuple]]) -> Context | None:
@@ -442,12 +463,22 @@ class ReplyStream:
         self.seq = 0
         self.rest = ""
 
-    def collect(self, tokens: Iterable[str]) -> str:
+    def collect(self, reply: Iterable[str]) -> dict:
+        """The respond step's output: the reply, and whether the model cut it off at its
+        length limit (what `Brain.respond` returns)."""
+        tokens: Iterator[str] = iter(reply)
         parts: list[str] = []
         unsent: list[str] = []
         flushed_at = time.monotonic()
-        for token in tokens:
+        while True:
+            try:
+                token = next(tokens)
+            except StopIteration as end:
+                ending = end.value
+                break
             if self.stopped.is_set():
+                if close := getattr(tokens, "close", None):
+                    close()  # a model brain's stream closes: the server stops generating
                 raise AttemptStopped(f"Run {self.run.pk} stopped while replying.")
             parts.append(token)
             unsent.append(token)
@@ -456,8 +487,11 @@ class ReplyStream:
                 chunk_store(run=self.run, seq=self.seq, text="".join(unsent))
                 unsent.clear()
                 flushed_at = time.monotonic()
+        reply = "".join(parts)
+        if not reply.strip():
+            raise EmptyReply(f"Run {self.run.pk}: the assistant's reply was empty.")
         self.rest = "".join(unsent)
-        return "".join(parts)
+        return {"reply": reply, "cut_off": True} if ending == CUT_OFF else {"reply": reply}
 
     def store_rest(self, output: dict) -> list[sql.Statement]:
         """Inside the step's transaction, which publishes the chunk once it commits."""

@@ -6,6 +6,12 @@ Streamed replies are Server-Sent Events in the `chat.completion.chunk` format, o
 chunk, sent with HTTP/1.1 chunked transfer encoding as vLLM and Ollama send them, ending with
 `data: [DONE]`. The reply is "You said: <the last user message>", so a test can tell which
 message a reply answers.
+
+It behaves as real servers do where the suite needs it: a word is a token, and a reply longer
+than the request's `max_tokens` ends there with `finish_reason: length`; `interrupt_after`
+ends streams early with `[DONE]` and no `finish_reason`, as llama-cpp-python's server does when
+another request interrupts one; `empty_next` answers with an empty stream, as llama.cpp's
+server does for a prompt longer than its window.
 """
 
 from __future__ import annotations
@@ -55,6 +61,8 @@ class FakeOpenAI:
         self.failures: list[int] = []
         self.retry_after: str | None = None  # sent with each failure, when set
         self.stalls: list[int] = []
+        self.interruptions: list[int] = []
+        self.empties: list[bool] = []
         self.released = threading.Event()
         self.server: ThreadingHTTPServer | None = None
 
@@ -85,6 +93,17 @@ class FakeOpenAI:
         """The next `times` streamed replies go silent after `words` words, until `stop()`."""
         with self.lock:
             self.stalls += [words] * times
+
+    def interrupt_after(self, *, words: int, times: int = 1) -> None:
+        """The next `times` streamed replies end after `words` words with `data: [DONE]` and no
+        `finish_reason`: cut short, without saying so."""
+        with self.lock:
+            self.interruptions += [words] * times
+
+    def empty_next(self, *, times: int = 1) -> None:
+        """The next `times` streamed replies are empty: the role, then `[DONE]`."""
+        with self.lock:
+            self.empties += [True] * times
 
     def streamed(self) -> list[dict]:
         """The streamed chat requests: the answers (titles and summaries are not streamed)."""
@@ -143,7 +162,11 @@ class OpenAIHandler(BaseHTTPRequestHandler):
             if self.fake.numbered:
                 takes = [last_user_text(b.get("messages") or []) for b in self.fake.streamed()]
                 text = f"Take {takes.count(asked)}. {text}"
-            return self.stream(text)
+            return self.stream(text, max_tokens=body.get("max_tokens"))
+        words = WORD.findall(text)
+        limit = body.get("max_tokens")
+        if limit is not None and len(words) > limit:
+            return self.json(200, completion(self.fake.model, "".join(words[:limit]), "length"))
         return self.json(200, completion(self.fake.model, text))
 
     def authorized(self) -> bool:
@@ -152,24 +175,32 @@ class OpenAIHandler(BaseHTTPRequestHandler):
         self.error(401, "Incorrect API key provided.")
         return False
 
-    def stream(self, text: str) -> None:
+    def stream(self, text: str, *, max_tokens: int | None = None) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         stall = self.fake.take(self.fake.stalls)
+        interrupt = self.fake.take(self.fake.interruptions)
+        words = [] if self.fake.take(self.fake.empties) else WORD.findall(text)
+        finish = "stop"
+        if max_tokens is not None and len(words) > max_tokens:
+            words, finish = words[:max_tokens], "length"
         chunk_id = f"chatcmpl-{uuid.uuid4().hex}"
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # the client left
             self.event(chunk(chunk_id, self.fake.model, {"role": "assistant", "content": ""}))
-            for index, word in enumerate(WORD.findall(text)):
+            for index, word in enumerate(words):
                 if index == stall:
                     self.fake.released.wait()
                     self.close_connection = True
                     return
+                if index == interrupt:
+                    break
                 time.sleep(self.fake.delay)
                 self.event(chunk(chunk_id, self.fake.model, {"content": word}))
-            self.event(chunk(chunk_id, self.fake.model, {}, finish_reason="stop"))
+            else:
+                self.event(chunk(chunk_id, self.fake.model, {}, finish_reason=finish))
             self.send_chunk(b"data: [DONE]\n\n")
             self.send_chunk(b"")
 
@@ -212,7 +243,7 @@ def chunk(chunk_id: str, model: str, delta: dict, *, finish_reason: str | None =
     }
 
 
-def completion(model: str, text: str) -> dict:
+def completion(model: str, text: str, finish_reason: str = "stop") -> dict:
     return {
         "id": f"chatcmpl-{uuid.uuid4().hex}",
         "object": "chat.completion",
@@ -222,7 +253,7 @@ def completion(model: str, text: str) -> dict:
             {
                 "index": 0,
                 "message": {"role": "assistant", "content": text},
-                "finish_reason": "stop",
+                "finish_reason": finish_reason,
             }
         ],
         "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},

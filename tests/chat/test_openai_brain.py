@@ -9,8 +9,9 @@ from datetime import UTC, datetime
 
 import pytest
 
+from chat.brains.builtin import BuiltinBrain
 from chat.brains.openai import ModelTimeout, OpenAIBrain, prompt_messages
-from continuity.brains import Context, HandoffNote, RecoveryNote, Turn, brain_load
+from continuity.brains import CUT_OFF, Context, HandoffNote, RecoveryNote, Turn, brain_load
 from continuity.errors import BackendUnavailable, PermanentError
 from continuity.ops.fake_model import FakeOpenAI, reply_to
 
@@ -270,3 +271,79 @@ def test_the_model_writes_the_title(brain, fake):
 def test_without_the_model_the_built_in_title_is_used(brain, fake):
     fake.fail_next(401)
     assert brain.title(context_of("My goal is to ship the compiler"), "") == "Ship the compiler"
+
+
+def reply_and_ending(brain: OpenAIBrain, context: Context) -> tuple[list[str], object]:
+    """The chunks `respond` yields, and what it returns (how the reply ended)."""
+    chunks: list[str] = []
+    replying = brain.respond(context, {"facts": {}})
+    while True:
+        try:
+            chunks.append(next(replying))
+        except StopIteration as end:
+            return chunks, end.value
+
+
+def test_a_reply_asks_for_max_tokens_and_ends_complete_at_stop(brain, fake, settings):
+    chunks, ending = reply_and_ending(brain, context_of("hello there"))
+
+    assert "".join(chunks) == reply_to("hello there") and ending is None
+    (request,) = fake.requests
+    assert request["max_tokens"] == settings.CONTINUITY_OPENAI_MAX_TOKENS == 1024
+
+
+def test_a_reply_that_reaches_max_tokens_is_kept_and_said_cut_off(settings, fake):
+    settings.CONTINUITY_OPENAI_BASE_URL = fake.url
+    settings.CONTINUITY_OPENAI_API_KEY = fake.api_key
+    settings.CONTINUITY_OPENAI_MODEL = fake.model
+    settings.CONTINUITY_OPENAI_MAX_TOKENS = 3
+
+    chunks, ending = reply_and_ending(OpenAIBrain(), context_of("one two three four"))
+
+    assert chunks == ["You ", "said: ", "one "] and ending == CUT_OFF
+    assert fake.requests[0]["max_tokens"] == 3
+
+
+def test_a_stream_ended_without_a_finish_reason_is_the_server_not_an_answer(brain, fake):
+    fake.interrupt_after(words=2)
+    received: list[str] = []
+
+    with pytest.raises(BackendUnavailable) as raised:
+        for chunk in brain.respond(context_of("one two three four"), {"facts": {}}):
+            received.append(chunk)
+
+    assert received == ["You ", "said: "]
+    assert str(raised.value) == (
+        f"The model server at {fake.url} ended the reply without finishing it "
+        "(no finish_reason; model 'fake-model')."
+    )
+    assert raised.value.backend == f"openai {fake.url}"
+
+
+def test_summaries_are_bounded_and_a_cut_off_one_is_replaced_by_the_extractive_one(
+    settings, brain, fake
+):
+    settings.CONTINUITY_OPENAI_SUMMARY_MAX_TOKENS = 5
+    turns = [Turn("user", "My name is Ada and I like tea"), Turn("assistant", "Noted")]
+
+    summary = brain.summarize(turns, "")
+
+    (request,) = fake.requests
+    assert request["max_tokens"] == 5
+    # The model's summary stopped at its limit: it could have dropped a fact.
+    assert (
+        summary
+        == BuiltinBrain().summarize(turns, "")
+        == ("- You said: “My name is Ada and I like tea”")
+    )
+
+
+def test_a_failing_summary_or_title_is_not_retried_by_the_client(brain, fake):
+    fake.fail_next(500, times=2)
+
+    with pytest.raises(BackendUnavailable):
+        brain.summarize([Turn("user", "My name is Ada")], "")
+    title = brain.title(context_of("My goal is to ship the compiler"), "")
+
+    assert title == "Ship the compiler"
+    assert len(fake.requests) == 2  # one each: a retry would hold the worker longer

@@ -13,6 +13,7 @@ from django.db.models.functions import Now
 from django.test import Client
 from django.urls import reverse
 
+from chat.branch_views import CONTINUE_TEXT
 from continuity.delivery.backends import backend_down
 from continuity.delivery.inbox import drains_waiting, message_accept
 from continuity.delivery.processing import drain_conversation
@@ -189,3 +190,93 @@ def test_without_redis_a_failure_waits_the_first_backoff_unshared(monkeypatch, s
 
     assert (down.failures, down.wait, down.unavailable) == (1, 5.0, False)
     assert not Alert.objects.exists()
+
+
+def test_a_reply_cut_off_at_the_length_limit_is_kept_marked_and_can_be_continued(server, settings):
+    settings.CONTINUITY_OPENAI_MAX_TOKENS = 3
+    server.start(port=server.port)
+    owner = UserFactory()
+    chat = openai_conversation(owner)
+    question = send(chat, "one two three four")
+
+    drain_conversation(conversation_id=chat.pk)
+
+    reply = Message.objects.get(reply_to=question)
+    assert (reply.text, reply.cut_off, reply.stopped) == ("You said: one ", True, False)
+    assert Run.objects.get(message=question).state == "completed"
+    page = Client()
+    page.force_login(owner)
+    html = page.get(reverse("chat:conversation", args=[chat.pk])).content.decode()
+    assert "Cut off: the model reached its length limit." in html
+    assert html.count("data-continue") == 1
+
+    go_on = reverse("chat:continue", args=[chat.pk, question.pk])
+    answered = page.post(go_on, {"client_id": str(uuid.uuid4())}, headers={"HX-Request": "true"})
+    assert answered.status_code == 204
+    follow_up = Message.objects.filter(conversation=chat, role="user").latest("id")
+    assert follow_up.text == CONTINUE_TEXT and follow_up.state == "queued"
+    drain_conversation(conversation_id=chat.pk)
+    # The model is asked to go on with its cut-off reply just before the request.
+    asked = server.streamed()[-1]["messages"]
+    assert asked[-2:] == [
+        {"role": "assistant", "content": "You said: one "},
+        {"role": "user", "content": CONTINUE_TEXT},
+    ]
+
+    settings.CONTINUITY_OPENAI_MAX_TOKENS = 100
+    whole = send(chat, "short")
+    drain_conversation(conversation_id=chat.pk)
+    assert not Message.objects.get(reply_to=whole).cut_off
+    refused = page.post(
+        reverse("chat:continue", args=[chat.pk, whole.pk]),
+        {"client_id": str(uuid.uuid4())},
+        headers={"HX-Request": "true"},
+    )
+    assert refused.status_code == 409
+    assert refused.content.decode() == "Only a reply that was cut off can be continued."
+
+
+def test_a_stream_ended_without_a_finish_reason_is_given_back_then_answered_whole(server):
+    server.start(port=server.port)
+    chat = openai_conversation(UserFactory())
+    question = send(chat, "one two three four five")
+    server.interrupt_after(words=3)
+
+    drain_conversation(conversation_id=chat.pk)  # the server ends the stream after 3 words
+
+    run = Run.objects.get(message=question)
+    assert run.state == "interrupted"
+    assert "ended the reply without finishing it (no finish_reason" in run.error
+    question.refresh_from_db()
+    assert (question.state, question.attempts) == ("queued", 0)
+    assert not Message.objects.filter(reply_to=question).exists()
+
+    backend = f"openai http://127.0.0.1:{server.port}/v1"
+    wait_for(lambda: backend_down(backend) is None, timeout=10, what="the server's next try")
+    due_now(chat)
+    drain_conversation(conversation_id=chat.pk)
+
+    (reply,) = Message.objects.filter(reply_to=question)
+    assert reply.text == reply_to(question.text) and not reply.cut_off
+    assert Message.objects.get(pk=question.pk).attempts == 1
+    assert not DeadLetter.objects.exists() and not CrashRecord.objects.exists()
+
+
+def test_an_empty_reply_is_never_stored_as_an_answer(server, settings):
+    settings.CONTINUITY_MAX_ATTEMPTS = 2
+    server.start(port=server.port)
+    chat = openai_conversation(UserFactory())
+    question = send(chat, "Say something")
+    server.empty_next(times=2)
+
+    drain_conversation(conversation_id=chat.pk)
+    due_now(chat)
+    drain_conversation(conversation_id=chat.pk)
+
+    assert list(Run.objects.filter(message=question).values_list("state", flat=True)) == [
+        "failed",
+        "failed",
+    ]
+    assert not Message.objects.filter(reply_to=question).exists()
+    dead = DeadLetter.objects.get(message=question)
+    assert "the assistant's reply was empty" in dead.reason
