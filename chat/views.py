@@ -17,6 +17,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
+from continuity.context.tokens import message_too_long
 from continuity.database.outages import database_unreachable
 from continuity.delivery.attempts import reply_stop
 from continuity.delivery.conversations import conversation_retry_now
@@ -148,6 +149,16 @@ def composer_too_fast(
     return response
 
 
+def composer_too_long(
+    request: HttpRequest, conversation: Conversation | None, form: MessageForm, *, brain_name: str
+) -> HttpResponse | None:
+    """422 with the text kept when the brain's model could not hold the message at all."""
+    if not (why := message_too_long(brain_name=brain_name, text=form.cleaned_data["text"])):
+        return None
+    form.add_error("text", why)
+    return composer_invalid(request, conversation, form)
+
+
 def composer_conflict(
     request: HttpRequest, conversation: Conversation | None, form: MessageForm, error: Exception
 ) -> HttpResponse:
@@ -189,6 +200,8 @@ def conversation_new(request: HttpRequest) -> HttpResponse:
         return composer_invalid(request, None, form)
     if refused := composer_too_fast(request, None, form, "new_conversation"):
         return refused
+    if refused := composer_too_long(request, None, form, brain_name=form.cleaned_data["brain"]):
+        return refused
     try:
         conversation = conversation_start(
             owner=request.user,
@@ -221,6 +234,8 @@ def message_send(request: HttpRequest, pk: int) -> HttpResponse:
     if not form.is_valid():
         return composer_invalid(request, conversation, form)
     if refused := composer_too_fast(request, conversation, form, "send"):
+        return refused
+    if refused := composer_too_long(request, conversation, form, brain_name=conversation.brain):
         return refused
     try:
         message = message_accept(

@@ -135,17 +135,25 @@ def brains_import() -> None:
 _brains: dict[tuple[int, str], Brain] = {}
 
 
-def brain_load(name: str = "") -> Brain:
-    """The named brain, or the configured default for an empty name."""
+def brain_class(name: str = "") -> type[Brain]:
+    """The named brain's class (the configured default for an empty name), imported, not made:
+    what it says of itself without a server (its model's window, its reply's room) is read
+    from it inside the transaction that begins an attempt."""
     name = name or settings.CONTINUITY_BRAIN
-    if (brain := _brains.get((os.getpid(), name))) is not None:
-        return brain
     try:
         path = settings.CONTINUITY_BRAINS[name]
     except KeyError:
         known = ", ".join(sorted(settings.CONTINUITY_BRAINS))
         raise ImproperlyConfigured(f"Unknown CONTINUITY_BRAIN {name!r}; known: {known}.") from None
-    brain = _brains[(os.getpid(), name)] = import_string(path)()
+    return import_string(path)
+
+
+def brain_load(name: str = "") -> Brain:
+    """The named brain, or the configured default for an empty name."""
+    name = name or settings.CONTINUITY_BRAIN
+    if (brain := _brains.get((os.getpid(), name))) is not None:
+        return brain
+    brain = _brains[(os.getpid(), name)] = brain_class(name)()
     return brain
 
 

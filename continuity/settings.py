@@ -375,6 +375,9 @@ CONTINUITY_OPENAI_MAX_RETRIES = env_int("CONTINUITY_OPENAI_MAX_RETRIES", 2)
 # The most tokens a reply may take (sent as `max_tokens`; room kept for it in the window). A
 # reply that reaches it is kept, marked as cut off, and may be continued.
 CONTINUITY_OPENAI_MAX_TOKENS = env_int("CONTINUITY_OPENAI_MAX_TOKENS", 1024)
+# The model's context window in tokens; 0: asked of the server where it says (vLLM's /v1/models,
+# llama.cpp's /props), else only CONTINUITY_CONTEXT_TOKENS bounds the prompt.
+CONTINUITY_OPENAI_CONTEXT_TOKENS = env_int("CONTINUITY_OPENAI_CONTEXT_TOKENS", 0)
 # Summaries (compaction) and titles are bounded in length and time, and not retried by the
 # client: neither may hold a worker process for a minute. A summary that fails gives the
 # attempt back (the server's fault); a title that fails falls back to the built-in one.
@@ -396,6 +399,9 @@ CONTINUITY_HISTORY_TURNS = env_int("CONTINUITY_HISTORY_TURNS", 20)
 # CONTINUITY_HISTORY_TURNS are summarized by the brain (see continuity/context/compaction.py).
 CONTINUITY_CONTEXT_TOKENS = env_int("CONTINUITY_CONTEXT_TOKENS", 8000)
 CONTINUITY_COMPACT_AT = env_float("CONTINUITY_COMPACT_AT", 0.8)
+# What a brain's budget leaves aside from its model's window (beyond the reply's room) for what
+# the token estimate may miss: an estimate is not the model's tokenizer.
+CONTINUITY_TOKEN_MARGIN = env_float("CONTINUITY_TOKEN_MARGIN", 0.2)
 CONTINUITY_TOKEN_ESTIMATOR = os.environ.get(
     "CONTINUITY_TOKEN_ESTIMATOR", "continuity.context.tokens.chars_per_token_estimate"
 )

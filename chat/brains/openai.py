@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Generator, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 import httpx
 import openai
@@ -32,6 +32,10 @@ SUMMARY_INSTRUCTIONS = (
     "stated (their name, goals, likes, things to remember, decisions), in their words where "
     "you can; leave out small talk. Answer with the summary only, as short bullet points."
 )
+
+
+# How long a server may take to say its model's window before it is left unknown.
+WINDOW_ASK_TIMEOUT = 3
 
 
 class ModelTimeout(Exception):
@@ -105,9 +109,55 @@ WARM_COMPLETION = {
 
 
 class OpenAIBrain:
+    # The model's window as its server said it, by (base URL, model): asked once per process
+    # (before the worker forks: `warm`), when CONTINUITY_OPENAI_CONTEXT_TOKENS does not say it.
+    windows: dict[tuple[str, str], int | None] = {}
+
     @classmethod
     def label(cls) -> str:
         return f"{settings.CONTINUITY_OPENAI_MODEL} (model server)"
+
+    @classmethod
+    def context_window(cls) -> int | None:
+        """The model's context window in tokens: configured, else as its server said, else
+        unknown (None: only CONTINUITY_CONTEXT_TOKENS bounds the prompt)."""
+        configured = settings.CONTINUITY_OPENAI_CONTEXT_TOKENS
+        key = (settings.CONTINUITY_OPENAI_BASE_URL, settings.CONTINUITY_OPENAI_MODEL)
+        return configured or cls.windows.get(key)
+
+    @classmethod
+    def reply_tokens(cls) -> int:
+        """The room kept in the window for the reply, which `max_tokens` asks for: at most
+        half a known window (a 512-token model still gets a prompt)."""
+        window = cls.context_window()
+        limit = settings.CONTINUITY_OPENAI_MAX_TOKENS
+        return min(limit, window // 2) if window else limit
+
+    @classmethod
+    def window_discover(cls) -> int | None:
+        """Ask the server for the model's window, where it says: vLLM in `/v1/models`
+        (`max_model_len`), llama.cpp's server in `/props` (`n_ctx`). Remembered when found; a
+        server that is down or says nothing leaves it unknown, asked again next time."""
+        base, model = settings.CONTINUITY_OPENAI_BASE_URL, settings.CONTINUITY_OPENAI_MODEL
+        if settings.CONTINUITY_OPENAI_CONTEXT_TOKENS or (base, model) in cls.windows:
+            return cls.context_window()
+        headers = {"Authorization": f"Bearer {settings.CONTINUITY_OPENAI_API_KEY or 'none'}"}
+        root = base.rstrip("/").removesuffix("/v1")
+        window = None
+        with httpx.Client(timeout=WINDOW_ASK_TIMEOUT, headers=headers) as http:
+            with suppress(httpx.HTTPError, ValueError, TypeError, AttributeError):
+                models = http.get(f"{base.rstrip('/')}/models").json().get("data") or []
+                window = next(
+                    (m.get("max_model_len") for m in models if m.get("id") == model), None
+                )
+            if not window:
+                with suppress(httpx.HTTPError, ValueError, TypeError, AttributeError):
+                    props = http.get(f"{root}/props").json()
+                    window = (props.get("default_generation_settings") or {}).get("n_ctx")
+        if isinstance(window, int) and window > 0:
+            cls.windows[(base, model)] = window
+            logger.info("Model %s at %s: a window of %d tokens", model, base, window)
+        return cls.context_window()
 
     @classmethod
     def warm(cls) -> None:
@@ -130,8 +180,10 @@ class OpenAIBrain:
                 for _ in stream:
                     pass
             client.chat.completions.create(model="w", messages=asked)
+        cls.window_discover()  # once, here, for every pool process
 
     def __init__(self) -> None:
+        self.window_discover()  # outside any transaction: a brain is made after the begin
         self.base_url = settings.CONTINUITY_OPENAI_BASE_URL
         self.model = settings.CONTINUITY_OPENAI_MODEL
         # Whose failures and backoff every conversation of this server shares (delivery's).
@@ -167,7 +219,7 @@ class OpenAIBrain:
                 model=self.model,
                 messages=prompt_messages(context),
                 temperature=settings.CONTINUITY_OPENAI_TEMPERATURE,
-                max_tokens=settings.CONTINUITY_OPENAI_MAX_TOKENS,
+                max_tokens=self.reply_tokens(),
                 stream=True,
             )
             # Closing the stream (also when the attempt is stopped mid-reply and this generator

@@ -1,6 +1,8 @@
 """Compaction: when the assembled context passes CONTINUITY_COMPACT_AT of the token budget,
 the turns older than the last CONTINUITY_HISTORY_TURNS are summarized by the active brain into
-a new `Summary` version. The messages stay for display and audit; they only leave the prompt.
+a new `Summary` version, and more of the oldest, down to the newest exchange, while what stays
+would still pass it: by tokens, whatever the number of exchanges. The messages stay for display
+and audit; they only leave the prompt.
 """
 
 from __future__ import annotations
@@ -9,19 +11,40 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Max
 
-from ..brains import Turn
+from ..brains import Context, Turn
 from ..models import Conversation, Message, Run, Summary
-from .assembly import ContextRefs
+from .assembly import ContextRefs, turn_line
 from .handoffs import handoff_for_compaction
-from .tokens import compaction_threshold
+from .tokens import compaction_threshold, tokens_estimate
 
 
-def compaction_candidates(*, refs: ContextRefs, tokens: int) -> list[list[int]]:
-    """The turns to summarize now: none below the threshold; else all but the last N."""
-    keep = settings.CONTINUITY_HISTORY_TURNS
-    if tokens <= compaction_threshold() or len(refs.pairs) <= keep:
+def compaction_candidates(
+    *, refs: ContextRefs, context: Context, tokens: int, budget: int | None = None
+) -> list[list[int]]:
+    """The exchanges to summarize now, oldest first: none while the context's `tokens` are
+    within the threshold of `budget` (default CONTINUITY_CONTEXT_TOKENS); past it, all but the
+    last CONTINUITY_HISTORY_TURNS, and more of the oldest while the rest would still pass it,
+    down to the newest exchange."""
+    threshold = compaction_threshold(budget)
+    if tokens <= threshold:
         return []
+    sizes = exchange_tokens(refs, context)
+    keep = min(settings.CONTINUITY_HISTORY_TURNS, len(refs.pairs))
+    staying = tokens - sum(sizes[: len(sizes) - keep])
+    while keep > 1 and staying > threshold:
+        staying -= sizes[len(sizes) - keep]
+        keep -= 1
     return refs.pairs[: len(refs.pairs) - keep]
+
+
+def exchange_tokens(refs: ContextRefs, context: Context) -> list[int]:
+    """The estimated tokens of each exchange of `refs.pairs`, as the context renders it."""
+    sizes, start = [], 0
+    for pair in refs.pairs:
+        turns = context.history[start : start + len(pair)]
+        sizes.append(tokens_estimate("\n".join(turn_line(turn) for turn in turns)))
+        start += len(pair)
+    return sizes
 
 
 def turns_of(pairs: list[list[int]]) -> list[Turn]:

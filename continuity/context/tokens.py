@@ -5,6 +5,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.utils.module_loading import import_string
 
+from ..brains import brain_load
+
 
 def chars_per_token_estimate(text: str) -> int:
     """About four characters per token, rounded up: the usual rule of thumb for English text
@@ -17,5 +19,34 @@ def tokens_estimate(text: str) -> int:
     return int(import_string(settings.CONTINUITY_TOKEN_ESTIMATOR)(text))
 
 
-def compaction_threshold() -> int:
-    return int(settings.CONTINUITY_CONTEXT_TOKENS * settings.CONTINUITY_COMPACT_AT)
+def compaction_threshold(budget: int | None = None) -> int:
+    return int((budget or settings.CONTINUITY_CONTEXT_TOKENS) * settings.CONTINUITY_COMPACT_AT)
+
+
+def context_budget(brain: object) -> int:
+    """The tokens the brain's prompt may take: CONTINUITY_CONTEXT_TOKENS, or less when the
+    brain knows its model's window (`context_window()`), less the room kept for its reply
+    (`reply_tokens()`), less CONTINUITY_TOKEN_MARGIN for what the estimate may miss."""
+    budget = settings.CONTINUITY_CONTEXT_TOKENS
+    window = brain.context_window() if hasattr(brain, "context_window") else None
+    if window:
+        reply = brain.reply_tokens() if hasattr(brain, "reply_tokens") else 0
+        budget = min(budget, int((window - reply) * (1 - settings.CONTINUITY_TOKEN_MARGIN)))
+    return max(budget, 1)
+
+
+def message_too_long(*, brain_name: str, text: str) -> str:
+    """Why `text` cannot be sent to this brain at all (its model's window could not hold it,
+    whatever was left out of the prompt), in words for the person; empty when it can. Said
+    before the message is stored, so it is refused with the text kept, never dead-lettered
+    after the fact."""
+    brain = brain_load(brain_name)
+    window = brain.context_window() if hasattr(brain, "context_window") else None
+    tokens = tokens_estimate(text)
+    if not window or tokens <= context_budget(brain):
+        return ""
+    reply = brain.reply_tokens() if hasattr(brain, "reply_tokens") else 0
+    return (
+        f"This message is about {tokens:,} tokens; the model's window is {window:,}, with "
+        f"{reply:,} kept for its reply. Shorten it or send it in parts: your text is still here."
+    )

@@ -19,7 +19,7 @@ from django.core.exceptions import ValidationError
 from django.db import InterfaceError, OperationalError, connection, transaction
 
 from .. import sql
-from ..brains import CUT_OFF, Brain, Context, brain_load
+from ..brains import CUT_OFF, Brain, Context, brain_class, brain_load
 from ..context.assembly import (
     ContextRefs,
     context_assembled,
@@ -30,6 +30,7 @@ from ..context.assembly import (
 )
 from ..context.compaction import compaction_candidates, compaction_store, turns_of
 from ..context.recoveries import recovery_note, recovery_record
+from ..context.tokens import context_budget
 from ..errors import (
     DATABASE_LOST,
     MODEL_UNAVAILABLE,
@@ -115,7 +116,8 @@ class Preparation:
     def __call__(self, run: Run, message: Message, read: list[list[tuple]]) -> None:
         fault_point("attempt_locked")
         stored, *read = read
-        context = context_prepare(run=run, message=message, read=read)
+        budget = context_budget(brain_class(message.conversation.brain))
+        context = context_prepare(run=run, message=message, read=read, budget=budget)
         self.begun = Begun(
             run=run,
             brain_name=message.conversation.brain,
@@ -376,13 +378,16 @@ def steps_run(
     )
 
 
-def context_prepare(*, run: Run, message: Message, read: list[list[tuple]]) -> Context | None:
+def context_prepare(
+    *, run: Run, message: Message, read: list[list[tuple]], budget: int
+) -> Context | None:
     """Inside the transaction that begins the attempt: assemble (from the rows `read` by
-    `context_statements`) and store its context, or None when it needs compacting first (the
-    brain's summary is a slow call, made outside any transaction, by `context_assemble`)."""
+    `context_statements`) and store its context, or None when it needs compacting first to fit
+    the brain's `budget` (the brain's summary is a slow call, made outside any transaction, by
+    `context_assemble`)."""
     refs, context = context_of(message=message, attempt=run.attempt, found=read)
     tokens = context_tokens(context)
-    if compaction_candidates(refs=refs, tokens=tokens):
+    if compaction_candidates(refs=refs, context=context, tokens=tokens, budget=budget):
         return None
     return context_record(run=run, message=message, refs=refs, context=context, tokens=tokens)
 
@@ -393,7 +398,8 @@ def context_assemble(*, run: Run, message: Message, brain: Brain) -> Context:
     shutdown's, a staff edit) may have been written since the previous one."""
     refs, context = context_assembled(message=message, attempt=run.attempt)
     tokens = context_tokens(context)
-    older = compaction_candidates(refs=refs, tokens=tokens)
+    budget = context_budget(brain)
+    older = compaction_candidates(refs=refs, context=context, tokens=tokens, budget=budget)
     # The brain summarizes outside any transaction: it may be a slow model call.
     summary = brain.summarize(turns_of(older), context.summary) if older else None
     with transaction.atomic():

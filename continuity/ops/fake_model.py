@@ -10,8 +10,10 @@ message a reply answers.
 It behaves as real servers do where the suite needs it: a word is a token, and a reply longer
 than the request's `max_tokens` ends there with `finish_reason: length`; `interrupt_after`
 ends streams early with `[DONE]` and no `finish_reason`, as llama-cpp-python's server does when
-another request interrupts one; `empty_next` answers with an empty stream, as llama.cpp's
-server does for a prompt longer than its window.
+another request interrupts one; `empty_next` answers with an empty stream. With
+`context_tokens` it has a window, which it tells at `/props` as llama.cpp's server does, and a
+prompt longer than the window (its words counted as tokens) gets an empty stream, as
+llama-cpp-python's server answers one.
 """
 
 from __future__ import annotations
@@ -49,10 +51,12 @@ class FakeOpenAI:
         model: str = "fake-model",
         delay: float = 0.02,
         numbered: bool = False,
+        context_tokens: int | None = None,
     ) -> None:
         """`numbered`: each streamed answer to the same text starts "Take N." (regenerated
         replies differ, as a sampling model's do)."""
         self.numbered = numbered
+        self.context_tokens = context_tokens
         self.api_key = api_key
         self.model = model
         self.delay = delay  # seconds between streamed words
@@ -63,6 +67,7 @@ class FakeOpenAI:
         self.stalls: list[int] = []
         self.interruptions: list[int] = []
         self.empties: list[bool] = []
+        self.overflows = 0  # prompts longer than the window, answered with nothing
         self.released = threading.Event()
         self.server: ThreadingHTTPServer | None = None
 
@@ -138,6 +143,9 @@ class OpenAIHandler(BaseHTTPRequestHandler):
         pass  # keep the test output clean
 
     def do_GET(self) -> None:
+        if self.path.rstrip("/") == "/props" and self.fake.context_tokens:
+            settings = {"n_ctx": self.fake.context_tokens}
+            return self.json(200, {"default_generation_settings": settings})
         if self.path.rstrip("/") != "/v1/models":
             return self.error(404, "Not found.", type_="invalid_request_error")
         if not self.authorized():
@@ -158,6 +166,9 @@ class OpenAIHandler(BaseHTTPRequestHandler):
             return self.error(404, f"The model `{body.get('model')}` does not exist.")
         asked = last_user_text(body.get("messages") or [])
         text = reply_to(asked)
+        if self.fake.context_tokens and prompt_tokens(body) > self.fake.context_tokens:
+            self.fake.overflows += 1
+            text = ""
         if body.get("stream"):
             if self.fake.numbered:
                 takes = [last_user_text(b.get("messages") or []) for b in self.fake.streamed()]
@@ -226,6 +237,11 @@ class OpenAIHandler(BaseHTTPRequestHandler):
         error = {"message": message, "type": type_ or kind, "param": None, "code": code}
         retry_after = self.fake.retry_after
         self.json(status, {"error": error}, **({"Retry-After": retry_after} if retry_after else {}))
+
+
+def prompt_tokens(body: dict) -> int:
+    """A prompt's length as this server counts it: the words of its messages."""
+    return sum(len(WORD.findall(m.get("content") or "")) for m in body.get("messages") or [])
 
 
 def last_user_text(messages: list[dict]) -> str:

@@ -53,6 +53,7 @@ def test_the_pages_of_a_person_chatting(page: Page, site):
         text="Nice to meet you, **Ada**!",
         state="done",
         reply_to=asked,
+        cut_off=True,  # its note and its Continue button are checked too
     )
     Message.objects.filter(pk=asked.pk).update(state="done")
     Conversation.objects.filter(pk=chat.pk).update(state="active")

@@ -125,7 +125,10 @@ def test_a_reply_a_redis_stall_kept_from_the_page_comes_within_15_s(page: Page, 
     # Already shown, so its own catch-up is spent: only the periodic one can bring the reply.
     expect(page.locator("[data-slow-hint]")).to_be_visible(timeout=10_000)
     reply_committed_in_a_redis_stall(run)
-    expect(page.locator(f"#exchange-{message.pk} .state")).to_have_text("Answering…")
+    # Not checked here that the page still says "Answering…": the periodic catch-up runs on
+    # its own clock, and on a loaded machine it came between the commit and such a check (a
+    # fresh-clone run failed so). The push is known lost (the publish failed), and the socket
+    # stayed open: only that catch-up can bring the reply.
     expect_answered(page, message, timeout=15_000 + 5_000)
     expect(page.locator("[data-slow-hint]")).to_be_hidden()
 

@@ -13,11 +13,22 @@ from django.db.models.functions import Now
 from django.test import Client
 from django.urls import reverse
 
+from chat.brains.openai import OpenAIBrain
 from chat.branch_views import CONTINUE_TEXT
+from continuity.context.tokens import context_budget, tokens_estimate
 from continuity.delivery.backends import backend_down
 from continuity.delivery.inbox import drains_waiting, message_accept
 from continuity.delivery.processing import drain_conversation
-from continuity.models import Alert, Checkpoint, Conversation, CrashRecord, DeadLetter, Message, Run
+from continuity.models import (
+    Alert,
+    Checkpoint,
+    Conversation,
+    CrashRecord,
+    DeadLetter,
+    Message,
+    Run,
+    Summary,
+)
 from continuity.ops.fake_model import FakeOpenAI, reply_to
 from continuity.ops.redis_server import free_port
 from tests.factories import ConversationFactory, UserFactory
@@ -280,3 +291,65 @@ def test_an_empty_reply_is_never_stored_as_an_answer(server, settings):
     assert not Message.objects.filter(reply_to=question).exists()
     dead = DeadLetter.objects.get(message=question)
     assert "the assistant's reply was empty" in dead.reason
+
+
+@pytest.fixture
+def windowed(settings):
+    """A model server with a small window, which it tells at /props as llama.cpp's does."""
+    fake = FakeOpenAI(delay=0, context_tokens=600).start()
+    settings.CONTINUITY_OPENAI_BASE_URL = fake.url
+    settings.CONTINUITY_OPENAI_API_KEY = fake.api_key
+    settings.CONTINUITY_OPENAI_MODEL = fake.model
+    settings.CONTINUITY_OPENAI_MAX_TOKENS = 100
+    settings.CONTINUITY_DRAIN_TURN_SECONDS = 60
+    yield fake
+    fake.stop()
+
+
+def test_the_window_is_asked_of_the_server_and_a_setting_overrides_it(windowed, settings):
+    assert OpenAIBrain().context_window() == 600 and OpenAIBrain.reply_tokens() == 100
+    settings.CONTINUITY_OPENAI_CONTEXT_TOKENS = 150
+    assert OpenAIBrain.context_window() == 150 and OpenAIBrain.reply_tokens() == 75
+    assert context_budget(OpenAIBrain) == int((150 - 75) * 0.8)
+
+
+def test_five_exchanges_past_a_small_window_are_compacted_and_answered(windowed):
+    chat = openai_conversation(UserFactory())
+    questions = []
+    for number in range(5):
+        words = " ".join(f"detail{number}-{n}" for n in range(40))
+        questions.append(send(chat, f"Exchange {number}: {words}"))
+        drain_conversation(conversation_id=chat.pk)
+
+    # Five exchanges, far fewer than CONTINUITY_HISTORY_TURNS (20): compacted by tokens.
+    assert Summary.objects.filter(conversation=chat).exists()
+    assert windowed.overflows == 0  # no prompt was longer than the window
+    for question in questions:
+        reply = Message.objects.get(reply_to=question)
+        assert reply.text == reply_to(question.text) and not reply.cut_off
+    assert all(request["max_tokens"] == 100 for request in windowed.streamed())
+
+
+def test_a_message_longer_than_the_window_is_refused_before_it_is_sent(windowed):
+    owner = UserFactory()
+    chat = openai_conversation(owner)
+    page = Client()
+    page.force_login(owner)
+    text = " ".join(f"word{n}" for n in range(1500))  # within CONTINUITY_MAX_MESSAGE_CHARS
+
+    refused = page.post(
+        reverse("chat:message_send", args=[chat.pk]),
+        {"text": text, "client_id": str(uuid.uuid4())},
+        headers={"HX-Request": "true"},
+    )
+
+    assert refused.status_code == 422
+    html = refused.content.decode()
+    tokens = tokens_estimate(text)
+    assert (
+        f"This message is about {tokens:,} tokens; the model&#x27;s window is 600, with 100 kept "
+        "for its reply. Shorten it or send it in parts: your text is still here."
+    ) in html
+    assert text in html  # kept in the composer
+    assert not Message.objects.filter(conversation=chat).exists()
+    assert windowed.requests == []

@@ -8,8 +8,9 @@ import pytest
 from django.db import connection
 from django.urls import reverse
 
+from continuity.brains import Context, Turn
 from continuity.context.assembly import ContextRefs
-from continuity.context.compaction import compaction_candidates
+from continuity.context.compaction import compaction_candidates, exchange_tokens
 from continuity.context.tokens import tokens_estimate
 from continuity.delivery.inbox import message_accept
 from continuity.delivery.processing import drain_conversation
@@ -48,14 +49,42 @@ def pairs_before(message: Message, count: int) -> list[int]:
     return [pk for user in reversed(users) for pk in (user.pk, user.reply.pk)]
 
 
+def exchanges(*sizes: int) -> tuple[ContextRefs, Context]:
+    """Refs and a context of one exchange per size, each about that many tokens."""
+    pairs, history = [], []
+    for number, size in enumerate(sizes):
+        pairs.append([2 * number + 1, 2 * number + 2])
+        question = "q" * (4 * size - len("User: \nAssistant: ") - 1)
+        history += [Turn("user", question), Turn("assistant", "")]
+    context = Context(
+        owner_id=1, conversation_id=1, message_id=1, attempt=1, text="", history=history
+    )
+    return ContextRefs(identity="", pairs=pairs), context
+
+
 def test_the_threshold_rule(settings):
     settings.CONTINUITY_HISTORY_TURNS = 2
     settings.CONTINUITY_CONTEXT_TOKENS = 100
-    refs = ContextRefs(identity="", pairs=[[1, 2], [3, 4], [5, 6], [7]])
-    assert compaction_candidates(refs=refs, tokens=80) == []  # at 80 %: not past it
-    assert compaction_candidates(refs=refs, tokens=81) == [[1, 2], [3, 4]]
-    few = ContextRefs(identity="", pairs=[[1, 2], [3, 4]])
-    assert compaction_candidates(refs=few, tokens=500) == []  # nothing older than the last N
+    refs, context = exchanges(10, 10, 10, 10)
+    assert compaction_candidates(refs=refs, context=context, tokens=80) == []  # not past 80 %
+    assert compaction_candidates(refs=refs, context=context, tokens=81) == [[1, 2], [3, 4]]
+
+
+def test_past_the_threshold_it_compacts_by_tokens_whatever_the_number_of_exchanges(settings):
+    settings.CONTINUITY_HISTORY_TURNS = 20
+    settings.CONTINUITY_CONTEXT_TOKENS = 100
+    refs, context = exchanges(30, 30, 30, 5)  # four exchanges, far fewer than 20
+    assert [exchange_tokens(refs, context)] == [[30, 30, 30, 5]]
+    # 120 tokens: the oldest go until what stays is within 80, down to the newest exchange.
+    assert compaction_candidates(refs=refs, context=context, tokens=120) == [[1, 2], [3, 4]]
+    assert compaction_candidates(refs=refs, context=context, tokens=200) == [
+        [1, 2], [3, 4], [5, 6]
+    ]  # fmt: skip
+    # A brain's own budget (its model's window, less its reply's room) is the one that counts.
+    assert compaction_candidates(refs=refs, context=context, tokens=95, budget=1000) == []
+    assert compaction_candidates(refs=refs, context=context, tokens=95, budget=50) == [
+        [1, 2], [3, 4]
+    ]  # fmt: skip
 
 
 def test_compaction_triggers_past_the_threshold_and_keeps_the_last_n_turns(
@@ -130,8 +159,9 @@ def row_size(run_context: RunContext) -> int:
 
 @pytest.mark.postgresql("measures the stored row with pg_column_size")
 def test_the_stored_context_is_the_same_size_at_turn_10_and_turn_2000(conversation, settings):
-    settings.CONTINUITY_HISTORY_TURNS = 3
-    settings.CONTINUITY_CONTEXT_TOKENS = 100  # every turn is past the threshold: always compact
+    # Every turn is past the threshold: each compacts down to the newest exchange.
+    settings.CONTINUITY_HISTORY_TURNS = 1
+    settings.CONTINUITY_CONTEXT_TOKENS = 100
     answer(conversation, "Hi, my name is Ada and my goal is to learn Rust")
     for number in range(2, 10):
         answer(conversation, f"Message number {number}")
@@ -155,13 +185,13 @@ def test_the_stored_context_is_the_same_size_at_turn_10_and_turn_2000(conversati
     at_2000 = RunContext.objects.get(run__message=last)
 
     assert Message.objects.filter(conversation=conversation, role="user").count() == 2000
-    assert at_2000.turns == pairs_before(last, 3)
+    assert at_2000.turns == pairs_before(last, 1)
     for field in ("facts", "pending"):
         assert len(getattr(at_2000, field)) == len(getattr(tenth, field))
-    assert len(at_2000.turns) == len(tenth.turns) == 6
+    assert len(at_2000.turns) == len(tenth.turns) == 2
     assert at_2000.summary.version > tenth.summary.version
     # Only the ids are wider (4 digits instead of 2): nothing grows with the conversation.
-    assert abs(row_size(at_2000) - row_size(tenth)) <= 2 * 6
+    assert abs(row_size(at_2000) - row_size(tenth)) <= 2 * len(tenth.turns)
     assert "Ada" in Summary.objects.get(pk=at_2000.summary_id).text
 
 

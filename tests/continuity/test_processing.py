@@ -417,11 +417,11 @@ def test_a_next_attempt_that_cannot_begin_with_the_reply_costs_the_reply_nothing
     prepare = processing.context_prepare
     failures = []
 
-    def fails_once_for_the_second(*, run, message, read):
+    def fails_once_for_the_second(*, run, message, **prepared):
         if message.pk == sent[1].pk and not failures:
             failures.append(run.pk)
             raise RuntimeError("the next message's context could not be read")
-        return prepare(run=run, message=message, read=read)
+        return prepare(run=run, message=message, **prepared)
 
     monkeypatch.setattr(processing, "context_prepare", fails_once_for_the_second)
     drain_conversation(conversation_id=conversation.pk)
