@@ -34,6 +34,17 @@ class BackendUnavailable(Exception):
         self.retry_after = retry_after
 
 
+# How an attempt given back because its prompt was longer than the model's window begins its
+# error.
+CONTEXT_TOO_LONG = "Context too long"
+
+
+class ContextTooLong(Exception):
+    """The model server refused the prompt as longer than its model's window. The brain has
+    learned a smaller window from it: the attempt is given back, and the next one compacts to
+    fit, instead of the message being dead-lettered."""
+
+
 class EmptyReply(Exception):
     """The brain finished its reply without writing anything: never stored as an answer. The
     attempt fails and is tried again, and a message that keeps getting nothing is

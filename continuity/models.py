@@ -372,6 +372,7 @@ class Alert(models.Model):
     class Kind(models.TextChoices):
         CONVERSATION_PAUSED = "conversation_paused", "Conversation paused"
         MODEL_UNAVAILABLE = "model_unavailable", "Model server unavailable"
+        MODEL_MISSING = "model_missing", "Model not on its server"
 
     kind = models.CharField(max_length=32, choices=Kind.choices)
     conversation = models.ForeignKey(

@@ -378,6 +378,10 @@ CONTINUITY_OPENAI_MAX_TOKENS = env_int("CONTINUITY_OPENAI_MAX_TOKENS", 1024)
 # The model's context window in tokens; 0: asked of the server where it says (vLLM's /v1/models,
 # llama.cpp's /props), else only CONTINUITY_CONTEXT_TOKENS bounds the prompt.
 CONTINUITY_OPENAI_CONTEXT_TOKENS = env_int("CONTINUITY_OPENAI_CONTEXT_TOKENS", 0)
+# How many requests the model server gets at once, counted across every worker (a semaphore
+# in Redis); 0: no limit. For a small local server (llama.cpp, Ollama with OLLAMA_NUM_PARALLEL),
+# its number of parallel slots: conversations then queue instead of interrupting each other.
+CONTINUITY_OPENAI_CONCURRENCY = env_int("CONTINUITY_OPENAI_CONCURRENCY", 0)
 # Summaries (compaction) and titles are bounded in length and time, and not retried by the
 # client: neither may hold a worker process for a minute. A summary that fails gives the
 # attempt back (the server's fault); a title that fails falls back to the built-in one.

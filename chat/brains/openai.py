@@ -9,6 +9,8 @@ is remembered whatever the model makes of it.
 from __future__ import annotations
 
 import logging
+import re
+import time
 from collections.abc import Generator, Iterator
 from contextlib import contextmanager, suppress
 
@@ -18,7 +20,8 @@ from django.conf import settings
 
 from chat.brains.builtin import BuiltinBrain, clip
 from continuity.brains import CUT_OFF, Context, Turn
-from continuity.errors import BackendUnavailable, PermanentError
+from continuity.context.assembly import context_tokens
+from continuity.errors import BackendUnavailable, ContextTooLong, PermanentError
 from continuity.models import handoff_markdown
 
 logger = logging.getLogger(__name__)
@@ -34,6 +37,11 @@ SUMMARY_INSTRUCTIONS = (
 )
 
 
+# How servers say a prompt is longer than the window: OpenAI and vLLM ("maximum context length
+# is …", `context_length_exceeded`), llama.cpp ("exceeds the available context size").
+CONTEXT_EXCEEDED = re.compile(
+    r"context[ _]length|maximum context|context size|context window|too many tokens", re.I
+)
 # How long a server may take to say its model's window before it is left unknown.
 WINDOW_ASK_TIMEOUT = 3
 
@@ -123,7 +131,51 @@ class OpenAIBrain:
         unknown (None: only CONTINUITY_CONTEXT_TOKENS bounds the prompt)."""
         configured = settings.CONTINUITY_OPENAI_CONTEXT_TOKENS
         key = (settings.CONTINUITY_OPENAI_BASE_URL, settings.CONTINUITY_OPENAI_MODEL)
-        return configured or cls.windows.get(key)
+        known = [window for window in (configured, cls.windows.get(key)) if window]
+        return min(known) if known else None
+
+    @classmethod
+    def window_learn(cls, refused_tokens: int) -> None:
+        """The server refused a prompt of about `refused_tokens` (estimated) as too long: its
+        window is taken to be small enough that the next prompt is compacted to three
+        quarters of that, and less again if it is refused too."""
+        margin = 1 - settings.CONTINUITY_TOKEN_MARGIN
+        reply = settings.CONTINUITY_OPENAI_MAX_TOKENS
+        budget = int(0.75 * refused_tokens / settings.CONTINUITY_COMPACT_AT)
+        window = int(budget / margin) + reply
+        key = (settings.CONTINUITY_OPENAI_BASE_URL, settings.CONTINUITY_OPENAI_MODEL)
+        current = cls.context_window()
+        cls.windows[key] = min(window, current) if current else window
+        logger.warning(
+            "Model %s at %s refused a prompt of about %d tokens: taking its window as %d",
+            key[1], key[0], refused_tokens, cls.windows[key],
+        )  # fmt: skip
+
+    @classmethod
+    def configuration_problem(cls) -> str:
+        """What its server says is wrong with the configuration: the model is not among those
+        it lists at `/v1/models`. Empty when it has it, or when it cannot say (down, or no
+        list)."""
+        base, model = settings.CONTINUITY_OPENAI_BASE_URL, settings.CONTINUITY_OPENAI_MODEL
+        headers = {"Authorization": f"Bearer {settings.CONTINUITY_OPENAI_API_KEY or 'none'}"}
+        try:
+            with httpx.Client(timeout=WINDOW_ASK_TIMEOUT, headers=headers) as http:
+                listed = http.get(f"{base.rstrip('/')}/models").json().get("data") or []
+            offered = [entry["id"] for entry in listed]
+        except (httpx.HTTPError, ValueError, TypeError, AttributeError, KeyError):
+            return ""
+        if not offered or model in offered:
+            return ""
+        return (
+            f"The model server at {base} has no model {model!r}; it offers "
+            f"{', '.join(map(repr, offered[:10]))}. Set CONTINUITY_OPENAI_MODEL to one of them: "
+            "until then its answers fail, or come from another model."
+        )
+
+    @classmethod
+    def concurrency(cls) -> int:
+        """How many requests the server gets at once, from every worker (0: no limit)."""
+        return settings.CONTINUITY_OPENAI_CONCURRENCY
 
     @classmethod
     def reply_tokens(cls) -> int:
@@ -199,6 +251,11 @@ class OpenAIBrain:
                 read=settings.CONTINUITY_OPENAI_IDLE_TIMEOUT,
             ),
             max_retries=settings.CONTINUITY_OPENAI_MAX_RETRIES,
+            http_client=openai.DefaultHttpxClient(
+                transport=KeepAliveBlind(
+                    httpx.HTTPTransport(), silence=settings.CONTINUITY_OPENAI_IDLE_TIMEOUT
+                )
+            ),
         )
 
     def plan(self, context: Context) -> dict:
@@ -213,7 +270,9 @@ class OpenAIBrain:
         started = False
         finished = None
         with self.errors_explained(
-            timeout=f"sent no token for {idle:g} s", answering=lambda: started
+            timeout=f"sent no token for {idle:g} s",
+            answering=lambda: started,
+            prompt_tokens=context_tokens(context),
         ):
             stream = self.client.chat.completions.create(
                 model=self.model,
@@ -302,7 +361,9 @@ class OpenAIBrain:
         return (title or "").strip().strip('"“”').rstrip(".") or self.builtin.title(context, reply)
 
     @contextmanager
-    def errors_explained(self, *, timeout: str, answering=lambda: False) -> Iterator[None]:
+    def errors_explained(
+        self, *, timeout: str, answering=lambda: False, prompt_tokens: int | None = None
+    ) -> Iterator[None]:
         """Refusals no retry can fix become PermanentError (the message is dead-lettered with
         the reason). A server that cannot answer (refused or dropped connections, 5xx and 429
         still failing after the client's own retries, silence before the first token) becomes
@@ -319,11 +380,18 @@ class OpenAIBrain:
             raise PermanentError(
                 f"{server} has no model {self.model!r} ({exc.status_code}: {detail(exc)})."
             ) from exc
-        except (
-            openai.PermissionDeniedError,
-            openai.BadRequestError,
-            openai.UnprocessableEntityError,
-        ) as exc:
+        except openai.BadRequestError as exc:
+            if CONTEXT_EXCEEDED.search(detail(exc)) and prompt_tokens is not None:
+                self.window_learn(prompt_tokens)
+                raise ContextTooLong(
+                    f"{server} refused the prompt of about {prompt_tokens} tokens as longer than "
+                    f"model {self.model!r} can take ({exc.status_code}: {detail(exc)})."
+                ) from exc
+            raise PermanentError(
+                f"{server} refused the request for model {self.model!r} "
+                f"({exc.status_code}: {detail(exc)})."
+            ) from exc
+        except (openai.PermissionDeniedError, openai.UnprocessableEntityError) as exc:
             raise PermanentError(
                 f"{server} refused the request for model {self.model!r} "
                 f"({exc.status_code}: {detail(exc)})."
@@ -348,6 +416,51 @@ class OpenAIBrain:
                 f"({type(exc.__cause__ or exc).__name__}).",
                 backend=self.backend,
             ) from exc
+
+
+class KeepAliveBlind(httpx.BaseTransport):
+    """A transport whose streamed answers count only what carries data as a sign of life. A
+    server's keep-alive comments (`: ping`, which llama.cpp's sends every 15 s while a slot
+    waits) are bytes, so httpx's read timeout never fires while they come, and the client does
+    not show them: a server frozen mid-reply would hold the attempt for ever. Past `silence`
+    seconds of nothing else, the stream fails with a ReadTimeout, as a silent one does."""
+
+    def __init__(self, inner: httpx.BaseTransport, *, silence: float) -> None:
+        self.inner = inner
+        self.silence = silence
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        response = self.inner.handle_request(request)
+        if not response.headers.get("content-type", "").startswith("text/event-stream"):
+            return response
+        return httpx.Response(
+            status_code=response.status_code,
+            headers=response.headers,
+            stream=DataOrSilence(response.stream, silence=self.silence),
+            extensions=response.extensions,
+            request=request,
+        )
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+class DataOrSilence(httpx.SyncByteStream):
+    def __init__(self, inner, *, silence: float) -> None:
+        self.inner = inner
+        self.silence = silence
+
+    def __iter__(self) -> Iterator[bytes]:
+        heard = time.monotonic()
+        for part in self.inner:
+            if any(line and not line.startswith(b":") for line in part.splitlines()):
+                heard = time.monotonic()
+            elif time.monotonic() - heard >= self.silence:
+                raise httpx.ReadTimeout(f"only keep-alive comments for {self.silence:g} s")
+            yield part
+
+    def close(self) -> None:
+        self.inner.close()
 
 
 def retry_after(response: httpx.Response) -> float | None:

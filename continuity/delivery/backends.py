@@ -6,13 +6,21 @@ of trying (and burning their attempts) until its next try. Kept in Redis, on Red
 from __future__ import annotations
 
 import logging
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
+from threading import Event
 
 import redis
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, InterfaceError
 
-from ..brains import brain_load
+from ..brains import brain_class, brain_load
+from ..errors import AttemptStopped
 from ..live.events import publish_conversation_changed
 from ..models import Alert, Conversation
 from .heartbeats import redis_client
@@ -153,3 +161,105 @@ def backend_down(backend: str) -> BackendDown | None:
     if wait <= 0:
         return None  # its next try has come: this attempt is the probe
     return BackendDown(failures=int(failures), wait=wait, reason=(reason or b"").decode())
+
+
+# Take a slot of a backend's semaphore: leases that ran out are dropped first, then a slot is
+# taken (or this holder's renewed) if fewer than the limit are held. Redis's clock: the hosts'
+# clocks do not matter.
+SLOT_TAKE = """
+local now = redis.call('TIME')
+local t = tonumber(now[1]) + tonumber(now[2]) / 1000000
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', t)
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) or redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[2]) then
+  redis.call('ZADD', KEYS[1], t + tonumber(ARGV[3]), ARGV[1])
+  redis.call('EXPIRE', KEYS[1], math.ceil(tonumber(ARGV[3])) + 1)
+  return 1
+end
+return 0
+"""
+# A slot's lease, renewed by its holder a few times per lease: a holder that dies frees it
+# within this time.
+SLOT_LEASE_SECONDS = 15.0
+SLOT_POLL_SECONDS = 0.1
+
+
+def slots_key(backend: str) -> str:
+    return f"continuity:backend:{backend}:slots"
+
+
+@contextmanager
+def backend_slot(
+    backend: str, *, limit: int, wait: float, stopped: Event | None = None
+) -> Iterator[bool]:
+    """One of the `limit` requests the model server may serve at once, counted across every
+    worker (a semaphore in Redis whose slots are leases): a small local server then queues
+    conversations instead of interrupting them. Yields True once held, False when none freed
+    within `wait` seconds. No limit (`limit` 0), or no Redis to count in: True at once, as a
+    limit must not stop answers. AttemptStopped when `stopped` is set while waiting."""
+    if limit <= 0:
+        yield True
+        return
+    client, holder, key = redis_client(), uuid.uuid4().hex, slots_key(backend)
+    held = slot_wait(client, key, holder, limit, wait=wait, stopped=stopped)
+    if not held:
+        yield held is None
+        return
+    done = Event()
+
+    def renew() -> None:
+        while not done.wait(SLOT_LEASE_SECONDS / 3):
+            with suppress(redis.RedisError):
+                client.eval(SLOT_TAKE, 1, key, holder, limit, SLOT_LEASE_SECONDS)
+
+    renewer = threading.Thread(target=renew, name=f"slot-{backend}", daemon=True)
+    renewer.start()
+    try:
+        yield True
+    finally:
+        done.set()
+        with suppress(redis.RedisError):
+            client.zrem(key, holder)
+
+
+def slot_wait(
+    client: redis.Redis, key: str, holder: str, limit: int, *, wait: float, stopped: Event | None
+) -> bool | None:
+    """Whether a slot was taken within `wait` seconds; None when Redis cannot say."""
+    deadline = time.monotonic() + wait
+    try:
+        while not client.eval(SLOT_TAKE, 1, key, holder, limit, SLOT_LEASE_SECONDS):
+            if stopped is not None and stopped.is_set():
+                raise AttemptStopped(f"Stopped while waiting for a slot of {key}.")
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(SLOT_POLL_SECONDS)
+    except redis.RedisError:
+        logger.warning("No slot count for %s; the request goes ahead", key, exc_info=True)
+        return None
+    return True
+
+
+def backends_check() -> None:
+    """Ask each model server the brains use whether it has their model (at a worker's start):
+    a wrong name is said once, in the log and as an alert on the console, instead of every
+    answer failing, or, with llama.cpp, silently coming from whatever model it has loaded."""
+    for name in {settings.CONTINUITY_BRAIN, *settings.CONTINUITY_BRAIN_CHOICES}:
+        try:
+            brain = brain_class(name)
+        except ImproperlyConfigured:
+            continue  # said where each attempt loads it
+        problem = brain.configuration_problem() if hasattr(brain, "configuration_problem") else ""
+        if problem:
+            backend_misconfigured(problem)
+
+
+def backend_misconfigured(problem: str) -> None:
+    logger.warning(problem)
+    try:
+        open_alerts = Alert.objects.filter(
+            kind=Alert.Kind.MODEL_MISSING, text=problem, acknowledged_at__isnull=True
+        )
+        if not open_alerts.exists():  # once, until staff acknowledge it
+            Alert.objects.create(kind=Alert.Kind.MODEL_MISSING, text=problem)
+    except (DatabaseError, InterfaceError):
+        logger.exception("Alert not stored: %s", problem)

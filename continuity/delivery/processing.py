@@ -10,6 +10,7 @@ import logging
 import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import partial
 from threading import Event
@@ -32,10 +33,12 @@ from ..context.compaction import compaction_candidates, compaction_store, turns_
 from ..context.recoveries import recovery_note, recovery_record
 from ..context.tokens import context_budget
 from ..errors import (
+    CONTEXT_TOO_LONG,
     DATABASE_LOST,
     MODEL_UNAVAILABLE,
     AttemptStopped,
     BackendUnavailable,
+    ContextTooLong,
     EmptyReply,
     NextAttemptFailed,
     PermanentError,
@@ -58,7 +61,7 @@ from .attempts import (
     fenced_insert,
     run_lock_owned,
 )
-from .backends import backend_answered, backend_down, backend_failed
+from .backends import backend_answered, backend_down, backend_failed, backend_slot
 from .heartbeats import RunHeartbeat, outage_note
 from .inbox import conversation_enqueue, title_from_text
 from .workers import attempt_key_write
@@ -233,6 +236,14 @@ def attempt_execute(*, begun: Begun, node: str = "", turn_ends: float = 0.0) -> 
             answered = heartbeat.completed = True
         except AttemptStopped as stop:
             logger.info("Attempt stopped: %s", stop)
+        except ContextTooLong as exc:
+            # Not the message's fault, nor the server's: the next attempt compacts to fit.
+            attempt_end_recorded(
+                run,
+                heartbeat.stopped,
+                state=Run.State.INTERRUPTED,
+                error=f"{CONTEXT_TOO_LONG}: {exc}",
+            )
         except BackendUnavailable as exc:
             # The model server's fault, not the message's: given back, and the conversation
             # waits the server's backoff. Within an outage (the server is marked unavailable)
@@ -278,6 +289,27 @@ def title_due(context: Context) -> bool:
     return not (context.history or context.summary)
 
 
+# How long a title waits for a busy model server before it is skipped (answers come first).
+TITLE_SLOT_WAIT_SECONDS = 5.0
+
+
+@contextmanager
+def model_slot(brain: Brain, *, wait: float, stopped: Event | None = None) -> Iterator[None]:
+    """One of the requests the brain's model server may serve at once
+    (`brain.concurrency()`; none for a brain without a server). BackendUnavailable when none
+    freed within `wait` seconds: a server busy that long is not answering, and the attempt is
+    given back."""
+    backend = getattr(brain, "backend", None)
+    limit = brain.concurrency() if backend and hasattr(brain, "concurrency") else 0
+    with backend_slot(backend or "", limit=limit, wait=wait, stopped=stopped) as held:
+        if not held:
+            raise BackendUnavailable(
+                f"{backend}: all {limit} of its request slots stayed taken for {wait:g} s.",
+                backend=backend,
+            )
+        yield
+
+
 def conversation_title(*, context: Context, brain: Brain, reply: str) -> None:
     """After the first reply of a conversation, the brain titles it, unless its owner already
     did. Best effort, after the reply is committed: a title never costs an answer, and a
@@ -290,7 +322,11 @@ def conversation_title(*, context: Context, brain: Brain, reply: str) -> None:
     )
     if earlier.exists() or not conversation.exists():
         return
-    title = title_from_text(brain.title(context, reply))
+    try:
+        with model_slot(brain, wait=TITLE_SLOT_WAIT_SECONDS):
+            title = title_from_text(brain.title(context, reply))
+    except BackendUnavailable:  # its server is busy with answers: the first words stay
+        return
     if title and conversation.update(title=title):
         publish_conversation_changed(conversation_id=context.conversation_id)
 
@@ -353,14 +389,12 @@ def steps_run(
         context = context_assemble(run=run, message=message, brain=brain)
     plan = step(run, "plan", stopped, stored, lambda: brain.plan(context))
     streamed = ReplyStream(run=run, stopped=stopped)
-    replied = step(
-        run,
-        "respond",
-        stopped,
-        stored,
-        lambda: streamed.collect(brain.respond(context, plan)),
-        apply=streamed.store_rest,
-    )
+
+    def respond() -> dict:
+        with model_slot(brain, wait=settings.CONTINUITY_OPENAI_REQUEST_TIMEOUT, stopped=stopped):
+            return streamed.collect(brain.respond(context, plan))
+
+    replied = step(run, "respond", stopped, stored, respond, apply=streamed.store_rest)
     reply = replied["reply"]
     if backend := getattr(brain, "backend", None):
         backend_answered(backend)
@@ -400,8 +434,10 @@ def context_assemble(*, run: Run, message: Message, brain: Brain) -> Context:
     tokens = context_tokens(context)
     budget = context_budget(brain)
     older = compaction_candidates(refs=refs, context=context, tokens=tokens, budget=budget)
-    # The brain summarizes outside any transaction: it may be a slow model call.
-    summary = brain.summarize(turns_of(older), context.summary) if older else None
+    summary = None
+    if older:  # outside any transaction: it may be a slow model call
+        with model_slot(brain, wait=settings.CONTINUITY_OPENAI_REQUEST_TIMEOUT):
+            summary = brain.summarize(turns_of(older), context.summary)
     with transaction.atomic():
         conversation_lock(run.conversation_id)
         run_lock_owned(run)

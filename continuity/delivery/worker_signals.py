@@ -19,6 +19,7 @@ from django.db import DatabaseError, InterfaceError, close_old_connections, conn
 
 from ..brains import brains_import
 from ..live.events import publisher_flush
+from .backends import backends_check
 from .heartbeats import WorkerHeartbeat
 from .inbox import drain_received
 from .recovery import runs_interrupt, worker_start_scan
@@ -71,6 +72,21 @@ def on_worker_ready(sender, **kwargs) -> None:
     heartbeat.start()
     result = worker_start_scan(node=node)
     logger.info("Worker %s ready; start-up recovery scan: %s", node, result)
+    threading.Thread(target=with_own_connection(backends_check), daemon=True).start()
+
+
+def with_own_connection(work):
+    """`work` on a thread of its own, whose database connection is closed after it."""
+
+    def run() -> None:
+        try:
+            work()
+        except Exception:
+            logger.exception("%s failed", work.__name__)
+        finally:
+            connection.close()
+
+    return run
 
 
 @worker_shutting_down.connect

@@ -52,11 +52,17 @@ class FakeOpenAI:
         delay: float = 0.02,
         numbered: bool = False,
         context_tokens: int | None = None,
+        overflow: str = "empty",
+        tells_window: bool = True,
     ) -> None:
         """`numbered`: each streamed answer to the same text starts "Take N." (regenerated
         replies differ, as a sampling model's do)."""
         self.numbered = numbered
         self.context_tokens = context_tokens
+        # A prompt past the window: "empty" (llama-cpp-python's empty stream) or "error"
+        # (vLLM's and OpenAI's 400). `tells_window`: whether /props says the window.
+        self.overflow = overflow
+        self.tells_window = tells_window
         self.api_key = api_key
         self.model = model
         self.delay = delay  # seconds between streamed words
@@ -66,8 +72,12 @@ class FakeOpenAI:
         self.retry_after: str | None = None  # sent with each failure, when set
         self.stalls: list[int] = []
         self.interruptions: list[int] = []
+        self.keepalive: float | None = None  # seconds between `: ping` comments in a stall
         self.empties: list[bool] = []
         self.overflows = 0  # prompts longer than the window, answered with nothing
+        self.answered: dict[int, bool] = {}  # by handler thread: its request is counted done
+        self.active = 0  # chat completion requests being answered now
+        self.most_active = 0  # the most at once
         self.released = threading.Event()
         self.server: ThreadingHTTPServer | None = None
 
@@ -118,6 +128,15 @@ class FakeOpenAI:
     def chat_requests(self) -> int:
         return len(self.streamed())
 
+    def answering(self, change: int) -> None:
+        """One more request being answered (+1), or one fewer (-1; once per request)."""
+        with self.lock:
+            if change < 0 and self.answered.get(threading.get_ident()):
+                return
+            self.answered[threading.get_ident()] = change < 0
+            self.active += change
+            self.most_active = max(self.most_active, self.active)
+
     def take(self, queue: list[int]) -> int | None:
         with self.lock:
             return queue.pop(0) if queue else None
@@ -143,7 +162,11 @@ class OpenAIHandler(BaseHTTPRequestHandler):
         pass  # keep the test output clean
 
     def do_GET(self) -> None:
-        if self.path.rstrip("/") == "/props" and self.fake.context_tokens:
+        if (
+            self.path.rstrip("/") == "/props"
+            and self.fake.context_tokens
+            and self.fake.tells_window
+        ):
             settings = {"n_ctx": self.fake.context_tokens}
             return self.json(200, {"default_generation_settings": settings})
         if self.path.rstrip("/") != "/v1/models":
@@ -160,25 +183,42 @@ class OpenAIHandler(BaseHTTPRequestHandler):
         self.fake.record(body)
         if not self.authorized():
             return None
+        # Counted until its last word is written: before the client can see that it ended.
+        self.fake.answering(+1)
+        try:
+            return self.answer(body)
+        finally:
+            self.fake.answering(-1)  # an error, or a stream cut short
+
+    def answer(self, body: dict) -> None:
         if (status := self.fake.take(self.fake.failures)) is not None:
             return self.error(status, f"Failing on purpose with {status}.")
         if body.get("model") != self.fake.model:
             return self.error(404, f"The model `{body.get('model')}` does not exist.")
         asked = last_user_text(body.get("messages") or [])
         text = reply_to(asked)
-        if self.fake.context_tokens and prompt_tokens(body) > self.fake.context_tokens:
+        if self.fake.context_tokens and (asked_tokens := prompt_tokens(body)) > (
+            window := self.fake.context_tokens
+        ):
             self.fake.overflows += 1
+            if self.fake.overflow == "error":
+                return self.error(
+                    400,
+                    f"This model's maximum context length is {window} tokens. However, your "
+                    f"messages resulted in {asked_tokens} tokens.",
+                )
             text = ""
         if body.get("stream"):
             if self.fake.numbered:
                 takes = [last_user_text(b.get("messages") or []) for b in self.fake.streamed()]
                 text = f"Take {takes.count(asked)}. {text}"
             return self.stream(text, max_tokens=body.get("max_tokens"))
-        words = WORD.findall(text)
+        words, finish = WORD.findall(text), "stop"
         limit = body.get("max_tokens")
         if limit is not None and len(words) > limit:
-            return self.json(200, completion(self.fake.model, "".join(words[:limit]), "length"))
-        return self.json(200, completion(self.fake.model, text))
+            words, finish = words[:limit], "length"
+        self.fake.answering(-1)
+        return self.json(200, completion(self.fake.model, "".join(words), finish))
 
     def authorized(self) -> bool:
         if self.headers.get("Authorization") == f"Bearer {self.fake.api_key}":
@@ -203,7 +243,9 @@ class OpenAIHandler(BaseHTTPRequestHandler):
             self.event(chunk(chunk_id, self.fake.model, {"role": "assistant", "content": ""}))
             for index, word in enumerate(words):
                 if index == stall:
-                    self.fake.released.wait()
+                    # Silent, or with a keep-alive comment every `keepalive` seconds.
+                    while not self.fake.released.wait(self.fake.keepalive):
+                        self.send_chunk(b": ping\n\n")
                     self.close_connection = True
                     return
                 if index == interrupt:
@@ -211,6 +253,7 @@ class OpenAIHandler(BaseHTTPRequestHandler):
                 time.sleep(self.fake.delay)
                 self.event(chunk(chunk_id, self.fake.model, {"content": word}))
             else:
+                self.fake.answering(-1)
                 self.event(chunk(chunk_id, self.fake.model, {}, finish_reason=finish))
             self.send_chunk(b"data: [DONE]\n\n")
             self.send_chunk(b"")

@@ -347,3 +347,22 @@ def test_a_failing_summary_or_title_is_not_retried_by_the_client(brain, fake):
 
     assert title == "Ship the compiler"
     assert len(fake.requests) == 2  # one each: a retry would hold the worker longer
+
+
+def test_keep_alive_comments_do_not_keep_a_stalled_stream_alive(settings, fake):
+    settings.CONTINUITY_OPENAI_BASE_URL = fake.url
+    settings.CONTINUITY_OPENAI_API_KEY = fake.api_key
+    settings.CONTINUITY_OPENAI_MODEL = fake.model
+    settings.CONTINUITY_OPENAI_IDLE_TIMEOUT = 1
+    fake.keepalive = 0.2  # bytes keep coming: httpx's read timeout alone never fires
+    fake.stall_after(words=3)
+    received: list[str] = []
+
+    with pytest.raises(ModelTimeout) as raised:
+        for chunk in OpenAIBrain().respond(context_of("one two three four five"), {"facts": {}}):
+            received.append(chunk)
+
+    assert received == ["You ", "said: ", "one "]
+    assert str(raised.value) == (
+        f"The model server at {fake.url} sent no token for 1 s (model 'fake-model')."
+    )

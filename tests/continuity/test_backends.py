@@ -6,9 +6,11 @@ up on that port."""
 
 from __future__ import annotations
 
+import threading
 import uuid
 
 import pytest
+from django.db import connection
 from django.db.models.functions import Now
 from django.test import Client
 from django.urls import reverse
@@ -16,7 +18,7 @@ from django.urls import reverse
 from chat.brains.openai import OpenAIBrain
 from chat.branch_views import CONTINUE_TEXT
 from continuity.context.tokens import context_budget, tokens_estimate
-from continuity.delivery.backends import backend_down
+from continuity.delivery.backends import backend_down, backends_check
 from continuity.delivery.inbox import drains_waiting, message_accept
 from continuity.delivery.processing import drain_conversation
 from continuity.models import (
@@ -353,3 +355,79 @@ def test_a_message_longer_than_the_window_is_refused_before_it_is_sent(windowed)
     assert text in html  # kept in the composer
     assert not Message.objects.filter(conversation=chat).exists()
     assert windowed.requests == []
+
+
+def test_a_concurrency_limit_queues_conversations_instead_of_interrupting_them(server, settings):
+    settings.CONTINUITY_OPENAI_CONCURRENCY = 1
+    server.delay = 0.05  # each reply takes about half a second
+    server.start(port=server.port)
+    chats = [openai_conversation(UserFactory()) for _ in range(3)]
+    questions = [send(chat, "one two three four five six seven") for chat in chats]
+
+    def drain(conversation_id: int) -> None:
+        try:
+            drain_conversation(conversation_id=conversation_id)
+        finally:
+            connection.close()
+
+    drains = [threading.Thread(target=drain, args=(chat.pk,)) for chat in chats]
+    for thread in drains:
+        thread.start()
+    for thread in drains:
+        thread.join(timeout=60)
+
+    assert server.most_active == 1  # replies and titles, one at a time
+    for question in questions:
+        assert Message.objects.get(reply_to=question).text == reply_to(question.text)
+    assert len(server.streamed()) == 3
+
+
+def test_a_model_its_server_does_not_have_is_said_once_on_the_console(server, settings):
+    server.start(port=server.port)
+    settings.CONTINUITY_BRAIN, settings.CONTINUITY_BRAIN_CHOICES = "openai", ["openai", "builtin"]
+    settings.CONTINUITY_OPENAI_MODEL = "llama3.2"  # the server has only fake-model
+
+    backends_check()
+    backends_check()  # another worker starts: said once, until staff acknowledge it
+
+    alert = Alert.objects.get()
+    assert (alert.kind, alert.text) == (
+        "model_missing",
+        f"The model server at {server.url} has no model 'llama3.2'; it offers 'fake-model'. "
+        "Set CONTINUITY_OPENAI_MODEL to one of them: until then its answers fail, or come from "
+        "another model.",
+    )
+    settings.CONTINUITY_OPENAI_MODEL = server.model
+    backends_check()
+    assert Alert.objects.count() == 1
+
+
+def test_a_prompt_the_server_refuses_as_too_long_is_compacted_then_answered(settings):
+    # A server that does not tell its window, and answers a longer prompt with a 400 (vLLM's).
+    fake = FakeOpenAI(delay=0, context_tokens=400, overflow="error", tells_window=False).start()
+    settings.CONTINUITY_OPENAI_BASE_URL = fake.url
+    settings.CONTINUITY_OPENAI_API_KEY = fake.api_key
+    settings.CONTINUITY_OPENAI_MODEL = fake.model
+    settings.CONTINUITY_OPENAI_MAX_TOKENS = 60
+    # The fake's summary echoes what it summarizes, as long as the turns: cut off at this
+    # limit, the extractive one replaces it, and compaction shrinks the prompt.
+    settings.CONTINUITY_OPENAI_SUMMARY_MAX_TOKENS = 30
+    chat = openai_conversation(UserFactory())
+    questions = []
+    try:
+        for number in range(6):
+            words = " ".join(f"point{number}-{n}" for n in range(40))
+            questions.append(send(chat, f"Exchange {number}: {words}"))
+            for _ in range(3):  # a refused attempt is given back, and tried again at once
+                drain_conversation(conversation_id=chat.pk)
+    finally:
+        fake.stop()
+
+    assert fake.overflows >= 1
+    refused = Run.objects.filter(conversation=chat, state="interrupted")
+    assert refused.exists()
+    assert all(run.error.startswith("Context too long: The model server at") for run in refused)
+    assert Summary.objects.filter(conversation=chat).exists()
+    for question in questions:
+        assert Message.objects.get(reply_to=question).text == reply_to(question.text)
+    assert not DeadLetter.objects.exists()
