@@ -18,7 +18,13 @@ from continuity.models import Message
 from continuity.selectors import exchanges_page
 
 from .throttles import rate_limit_wait
-from .views import PAGE, conversation_url, login_required_or_401, own_conversation
+from .views import (
+    PAGE,
+    conversation_url,
+    login_required_or_401,
+    made_again_through_outages,
+    own_conversation,
+)
 
 # The follow-up *Continue* sends: the model sees its cut-off reply just before it.
 CONTINUE_TEXT = "Please go on from where your reply stopped."
@@ -100,6 +106,7 @@ def reply_regenerate_view(request: HttpRequest, pk: int, message_pk: int) -> Htt
 
 @never_cache
 @require_POST
+@made_again_through_outages
 @login_required_or_401
 def reply_continue_view(request: HttpRequest, pk: int, message_pk: int) -> HttpResponse:
     """*Continue* a reply the model cut off at its length limit: a follow-up message, sent like

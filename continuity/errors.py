@@ -7,6 +7,8 @@ from __future__ import annotations
 DATABASE_LOST = "Database unavailable"
 # How an attempt given back because its brain's model server could not answer ends its error.
 MODEL_UNAVAILABLE = "Model server unavailable"
+# How an attempt given back because every request slot of its model server stayed taken begins.
+MODEL_BUSY = "Model server busy"
 
 
 class InvalidMessage(ValueError):
@@ -49,6 +51,17 @@ class EmptyReply(Exception):
     """The brain finished its reply without writing anything: never stored as an answer. The
     attempt fails and is tried again, and a message that keeps getting nothing is
     dead-lettered with this reason."""
+
+
+class BackendBusy(Exception):
+    """Every request slot of the model server stayed taken (CONTINUITY_OPENAI_CONCURRENCY):
+    it is answering others, not failing. The attempt is given back uncounted, and tried again
+    when the server next answers, or after `wait` seconds."""
+
+    def __init__(self, message: str, *, backend: str, wait: float) -> None:
+        super().__init__(message)
+        self.backend = backend
+        self.wait = wait
 
 
 class AttemptStopped(Exception):

@@ -42,8 +42,10 @@ SUMMARY_INSTRUCTIONS = (
 CONTEXT_EXCEEDED = re.compile(
     r"context[ _]length|maximum context|context size|context window|too many tokens", re.I
 )
-# How long a server may take to say its model's window before it is left unknown.
+# How long a server may take to say its model's window before it is left unknown, and how long
+# an unknown one stays unasked.
 WINDOW_ASK_TIMEOUT = 3
+WINDOW_ASK_AGAIN = 60
 
 
 class ModelTimeout(Exception):
@@ -120,6 +122,7 @@ class OpenAIBrain:
     # The model's window as its server said it, by (base URL, model): asked once per process
     # (before the worker forks: `warm`), when CONTINUITY_OPENAI_CONTEXT_TOKENS does not say it.
     windows: dict[tuple[str, str], int | None] = {}
+    asked: dict[tuple[str, str], float] = {}  # when it was last asked (monotonic clock)
 
     @classmethod
     def label(cls) -> str:
@@ -135,21 +138,25 @@ class OpenAIBrain:
         return min(known) if known else None
 
     @classmethod
-    def window_learn(cls, refused_tokens: int) -> None:
+    def window_learn(cls, refused_tokens: int) -> bool:
         """The server refused a prompt of about `refused_tokens` (estimated) as too long: its
         window is taken to be small enough that the next prompt is compacted to three
-        quarters of that, and less again if it is refused too."""
+        quarters of that, and less again if it is refused too. False when that is no smaller
+        than the window already known: compaction cannot help (what is left is the newest
+        exchange and the message), and trying again would only be refused again."""
         margin = 1 - settings.CONTINUITY_TOKEN_MARGIN
-        reply = settings.CONTINUITY_OPENAI_MAX_TOKENS
         budget = int(0.75 * refused_tokens / settings.CONTINUITY_COMPACT_AT)
-        window = int(budget / margin) + reply
+        window = int(budget / margin) + cls.reply_tokens()
         key = (settings.CONTINUITY_OPENAI_BASE_URL, settings.CONTINUITY_OPENAI_MODEL)
         current = cls.context_window()
-        cls.windows[key] = min(window, current) if current else window
+        if current and window >= current:
+            return False
+        cls.windows[key] = window
         logger.warning(
             "Model %s at %s refused a prompt of about %d tokens: taking its window as %d",
-            key[1], key[0], refused_tokens, cls.windows[key],
+            key[1], key[0], refused_tokens, window,
         )  # fmt: skip
+        return True
 
     @classmethod
     def configuration_problem(cls) -> str:
@@ -193,6 +200,9 @@ class OpenAIBrain:
         base, model = settings.CONTINUITY_OPENAI_BASE_URL, settings.CONTINUITY_OPENAI_MODEL
         if settings.CONTINUITY_OPENAI_CONTEXT_TOKENS or (base, model) in cls.windows:
             return cls.context_window()
+        if time.monotonic() - cls.asked.get((base, model), -WINDOW_ASK_AGAIN) < WINDOW_ASK_AGAIN:
+            return None  # asked lately, and the server did not say
+        cls.asked[(base, model)] = time.monotonic()
         headers = {"Authorization": f"Bearer {settings.CONTINUITY_OPENAI_API_KEY or 'none'}"}
         root = base.rstrip("/").removesuffix("/v1")
         window = None
@@ -381,8 +391,8 @@ class OpenAIBrain:
                 f"{server} has no model {self.model!r} ({exc.status_code}: {detail(exc)})."
             ) from exc
         except openai.BadRequestError as exc:
-            if CONTEXT_EXCEEDED.search(detail(exc)) and prompt_tokens is not None:
-                self.window_learn(prompt_tokens)
+            exceeded = CONTEXT_EXCEEDED.search(detail(exc)) and prompt_tokens is not None
+            if exceeded and self.window_learn(prompt_tokens):
                 raise ContextTooLong(
                     f"{server} refused the prompt of about {prompt_tokens} tokens as longer than "
                     f"model {self.model!r} can take ({exc.status_code}: {detail(exc)})."

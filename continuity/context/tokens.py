@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.utils.module_loading import import_string
 
-from ..brains import brain_load
+from ..brains import brain_class
 
 
 def chars_per_token_estimate(text: str) -> int:
@@ -40,7 +40,9 @@ def message_too_long(*, brain_name: str, text: str) -> str:
     whatever was left out of the prompt), in words for the person; empty when it can. Said
     before the message is stored, so it is refused with the text kept, never dead-lettered
     after the fact."""
-    brain = brain_load(brain_name)
+    brain = brain_class(brain_name)  # its class: no client is made for a web request
+    if hasattr(brain, "window_discover"):
+        brain.window_discover()  # once per process, or once a minute while the server is mute
     window = brain.context_window() if hasattr(brain, "context_window") else None
     tokens = tokens_estimate(text)
     if not window or tokens <= context_budget(brain):

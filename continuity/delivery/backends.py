@@ -177,6 +177,16 @@ if redis.call('ZSCORE', KEYS[1], ARGV[1]) or redis.call('ZCARD', KEYS[1]) < tonu
 end
 return 0
 """
+# Renew a slot's lease only while its holder still has it: a renewal that lands after the
+# release (or after the lease ran out and the slot went to another) takes nothing back.
+SLOT_RENEW = """
+if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
+local now = redis.call('TIME')
+local t = tonumber(now[1]) + tonumber(now[2]) / 1000000
+redis.call('ZADD', KEYS[1], 'XX', t + tonumber(ARGV[2]), ARGV[1])
+redis.call('EXPIRE', KEYS[1], math.ceil(tonumber(ARGV[2])) + 1)
+return 1
+"""
 # A slot's lease, renewed by its holder a few times per lease: a holder that dies frees it
 # within this time.
 SLOT_LEASE_SECONDS = 15.0
@@ -209,7 +219,7 @@ def backend_slot(
     def renew() -> None:
         while not done.wait(SLOT_LEASE_SECONDS / 3):
             with suppress(redis.RedisError):
-                client.eval(SLOT_TAKE, 1, key, holder, limit, SLOT_LEASE_SECONDS)
+                client.eval(SLOT_RENEW, 1, key, holder, SLOT_LEASE_SECONDS)
 
     renewer = threading.Thread(target=renew, name=f"slot-{backend}", daemon=True)
     renewer.start()
@@ -217,6 +227,7 @@ def backend_slot(
         yield True
     finally:
         done.set()
+        renewer.join(timeout=5)  # no renewal after the release (the script checks too)
         with suppress(redis.RedisError):
             client.zrem(key, holder)
 

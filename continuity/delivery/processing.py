@@ -35,8 +35,10 @@ from ..context.tokens import context_budget
 from ..errors import (
     CONTEXT_TOO_LONG,
     DATABASE_LOST,
+    MODEL_BUSY,
     MODEL_UNAVAILABLE,
     AttemptStopped,
+    BackendBusy,
     BackendUnavailable,
     ContextTooLong,
     EmptyReply,
@@ -237,12 +239,25 @@ def attempt_execute(*, begun: Begun, node: str = "", turn_ends: float = 0.0) -> 
         except AttemptStopped as stop:
             logger.info("Attempt stopped: %s", stop)
         except ContextTooLong as exc:
-            # Not the message's fault, nor the server's: the next attempt compacts to fit.
+            # Not the message's fault, nor the server's: the next attempt compacts to fit (a
+            # refusal that teaches nothing new is a PermanentError instead: no loop).
             attempt_end_recorded(
                 run,
                 heartbeat.stopped,
                 state=Run.State.INTERRUPTED,
                 error=f"{CONTEXT_TOO_LONG}: {exc}",
+                counted=False,
+            )
+        except BackendBusy as exc:
+            # The server answers others: given back uncounted, and the conversation waits for
+            # its next answer (which releases every conversation waiting for it) or `wait`.
+            attempt_end_recorded(
+                run,
+                heartbeat.stopped,
+                state=Run.State.INTERRUPTED,
+                error=f"{MODEL_BUSY}: {exc}",
+                wait=exc.wait,
+                counted=False,
             )
         except BackendUnavailable as exc:
             # The model server's fault, not the message's: given back, and the conversation
@@ -296,16 +311,16 @@ TITLE_SLOT_WAIT_SECONDS = 5.0
 @contextmanager
 def model_slot(brain: Brain, *, wait: float, stopped: Event | None = None) -> Iterator[None]:
     """One of the requests the brain's model server may serve at once
-    (`brain.concurrency()`; none for a brain without a server). BackendUnavailable when none
-    freed within `wait` seconds: a server busy that long is not answering, and the attempt is
-    given back."""
+    (`brain.concurrency()`; none for a brain without a server). BackendBusy when none freed
+    within `wait` seconds: the attempt is given back, uncounted."""
     backend = getattr(brain, "backend", None)
     limit = brain.concurrency() if backend and hasattr(brain, "concurrency") else 0
     with backend_slot(backend or "", limit=limit, wait=wait, stopped=stopped) as held:
         if not held:
-            raise BackendUnavailable(
+            raise BackendBusy(
                 f"{backend}: all {limit} of its request slots stayed taken for {wait:g} s.",
                 backend=backend,
+                wait=wait,
             )
         yield
 
@@ -325,7 +340,7 @@ def conversation_title(*, context: Context, brain: Brain, reply: str) -> None:
     try:
         with model_slot(brain, wait=TITLE_SLOT_WAIT_SECONDS):
             title = title_from_text(brain.title(context, reply))
-    except BackendUnavailable:  # its server is busy with answers: the first words stay
+    except BackendBusy:  # its server is busy with answers: the first words stay
         return
     if title and conversation.update(title=title):
         publish_conversation_changed(conversation_id=context.conversation_id)
@@ -512,23 +527,28 @@ class ReplyStream:
         parts: list[str] = []
         unsent: list[str] = []
         flushed_at = time.monotonic()
-        while True:
-            try:
-                token = next(tokens)
-            except StopIteration as end:
-                ending = end.value
-                break
-            if self.stopped.is_set():
-                if close := getattr(tokens, "close", None):
-                    close()  # a model brain's stream closes: the server stops generating
-                raise AttemptStopped(f"Run {self.run.pk} stopped while replying.")
-            parts.append(token)
-            unsent.append(token)
-            if time.monotonic() - flushed_at >= settings.CONTINUITY_STREAM_FLUSH_SECONDS:
-                self.seq += 1
-                chunk_store(run=self.run, seq=self.seq, text="".join(unsent))
-                unsent.clear()
-                flushed_at = time.monotonic()
+        try:
+            while True:
+                try:
+                    token = next(tokens)
+                except StopIteration as end:
+                    ending = end.value
+                    break
+                if self.stopped.is_set():
+                    raise AttemptStopped(f"Run {self.run.pk} stopped while replying.")
+                parts.append(token)
+                unsent.append(token)
+                if time.monotonic() - flushed_at >= settings.CONTINUITY_STREAM_FLUSH_SECONDS:
+                    self.seq += 1
+                    chunk_store(run=self.run, seq=self.seq, text="".join(unsent))
+                    unsent.clear()
+                    flushed_at = time.monotonic()
+        except BaseException:
+            # Whatever ended it here (a stop, a fence, the database), a model brain's stream
+            # closes now, not when it is collected: the server stops generating.
+            if close := getattr(tokens, "close", None):
+                close()
+            raise
         reply = "".join(parts)
         if not reply.strip():
             raise EmptyReply(f"Run {self.run.pk}: the assistant's reply was empty.")

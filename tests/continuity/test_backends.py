@@ -18,7 +18,7 @@ from django.urls import reverse
 from chat.brains.openai import OpenAIBrain
 from chat.branch_views import CONTINUE_TEXT
 from continuity.context.tokens import context_budget, tokens_estimate
-from continuity.delivery.backends import backend_down, backends_check
+from continuity.delivery.backends import backend_down, backend_slot, backends_check
 from continuity.delivery.inbox import drains_waiting, message_accept
 from continuity.delivery.processing import drain_conversation
 from continuity.models import (
@@ -431,3 +431,28 @@ def test_a_prompt_the_server_refuses_as_too_long_is_compacted_then_answered(sett
     for question in questions:
         assert Message.objects.get(reply_to=question).text == reply_to(question.text)
     assert not DeadLetter.objects.exists()
+
+
+def test_a_server_whose_slots_stay_taken_is_busy_not_failing(server, settings):
+    settings.CONTINUITY_OPENAI_CONCURRENCY = 1
+    settings.CONTINUITY_OPENAI_REQUEST_TIMEOUT = 0.5  # how long a reply waits for a slot
+    server.start(port=server.port)
+    chat = openai_conversation(UserFactory())
+    question = send(chat, "Are you free?")
+    backend = f"openai http://127.0.0.1:{server.port}/v1"
+
+    with backend_slot(backend, limit=1, wait=1) as held:  # another worker's reply
+        assert held
+        drain_conversation(conversation_id=chat.pk)
+
+    run = Run.objects.get(message=question)
+    assert run.state == "interrupted" and run.error.startswith("Model server busy: ")
+    question.refresh_from_db()
+    # Given back uncounted, and no failure of the server counted: it was answering.
+    assert (question.state, question.attempts, question.interruptions) == ("queued", 0, 0)
+    assert backend_down(backend) is None
+    chat.refresh_from_db()
+    assert chat.waiting_for == "model"
+    due_now(chat)
+    drain_conversation(conversation_id=chat.pk)
+    assert Message.objects.get(reply_to=question).text == reply_to(question.text)
