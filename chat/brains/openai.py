@@ -12,7 +12,7 @@ import logging
 import re
 import time
 from collections.abc import Generator, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 
 import httpx
 import openai
@@ -159,18 +159,36 @@ class OpenAIBrain:
         return True
 
     @classmethod
+    def server_json(cls, url: str) -> dict:
+        """What the server answers at `url` as a JSON object, within WINDOW_ASK_TIMEOUT; empty
+        when it cannot say (down, an error, not an object)."""
+        headers = {"Authorization": f"Bearer {settings.CONTINUITY_OPENAI_API_KEY or 'none'}"}
+        try:
+            with httpx.Client(timeout=WINDOW_ASK_TIMEOUT, headers=headers) as http:
+                found = http.get(url).json()
+        except (httpx.HTTPError, ValueError):
+            return {}
+        return found if isinstance(found, dict) else {}
+
+    @classmethod
+    def models_listed(cls) -> list[dict]:
+        """The models the server lists at `/v1/models` (each `{"id": …}`, vLLM's with its
+        `max_model_len`); none when it cannot say."""
+        listed = cls.server_json(f"{settings.CONTINUITY_OPENAI_BASE_URL.rstrip('/')}/models")
+        entries = listed.get("data")
+        return (
+            [entry for entry in entries if isinstance(entry, dict)]
+            if isinstance(entries, list)
+            else []
+        )
+
+    @classmethod
     def configuration_problem(cls) -> str:
         """What its server says is wrong with the configuration: the model is not among those
         it lists at `/v1/models`. Empty when it has it, or when it cannot say (down, or no
         list)."""
         base, model = settings.CONTINUITY_OPENAI_BASE_URL, settings.CONTINUITY_OPENAI_MODEL
-        headers = {"Authorization": f"Bearer {settings.CONTINUITY_OPENAI_API_KEY or 'none'}"}
-        try:
-            with httpx.Client(timeout=WINDOW_ASK_TIMEOUT, headers=headers) as http:
-                listed = http.get(f"{base.rstrip('/')}/models").json().get("data") or []
-            offered = [entry["id"] for entry in listed]
-        except (httpx.HTTPError, ValueError, TypeError, AttributeError, KeyError):
-            return ""
+        offered = [entry["id"] for entry in cls.models_listed() if entry.get("id")]
         if not offered or model in offered:
             return ""
         return (
@@ -203,19 +221,12 @@ class OpenAIBrain:
         if time.monotonic() - cls.asked.get((base, model), -WINDOW_ASK_AGAIN) < WINDOW_ASK_AGAIN:
             return None  # asked lately, and the server did not say
         cls.asked[(base, model)] = time.monotonic()
-        headers = {"Authorization": f"Bearer {settings.CONTINUITY_OPENAI_API_KEY or 'none'}"}
-        root = base.rstrip("/").removesuffix("/v1")
-        window = None
-        with httpx.Client(timeout=WINDOW_ASK_TIMEOUT, headers=headers) as http:
-            with suppress(httpx.HTTPError, ValueError, TypeError, AttributeError):
-                models = http.get(f"{base.rstrip('/')}/models").json().get("data") or []
-                window = next(
-                    (m.get("max_model_len") for m in models if m.get("id") == model), None
-                )
-            if not window:
-                with suppress(httpx.HTTPError, ValueError, TypeError, AttributeError):
-                    props = http.get(f"{root}/props").json()
-                    window = (props.get("default_generation_settings") or {}).get("n_ctx")
+        listed = cls.models_listed()
+        window = next((m.get("max_model_len") for m in listed if m.get("id") == model), None)
+        if not window:
+            root = base.rstrip("/").removesuffix("/v1")
+            generation = cls.server_json(f"{root}/props").get("default_generation_settings")
+            window = generation.get("n_ctx") if isinstance(generation, dict) else None
         if isinstance(window, int) and window > 0:
             cls.windows[(base, model)] = window
             logger.info("Model %s at %s: a window of %d tokens", model, base, window)
