@@ -5,8 +5,9 @@ BIN := $(VENV)/bin
 # `make run` installs what the app needs; the test and tool targets add the dev extras.
 RUNTIME := $(VENV)/.installed-runtime
 DEV := $(VENV)/.installed-dev
+LLM := $(VENV)/.installed-llm
 
-.PHONY: run test bench lint format install clean
+.PHONY: run test test-llm bench lint format install clean
 
 # `make run PORT=8001` serves on 8001; `serve` also reads PORT from the environment.
 run: $(RUNTIME)
@@ -16,6 +17,8 @@ AXE := tests/browser/node_modules/axe-core/axe.min.js
 
 # Test processes side by side (pytest-xdist); each has its own database and Redis.
 TEST_WORKERS ?= 2
+# The llama.cpp lane is `make test-llm`'s.
+SUITE := --ignore=tests/llm
 
 # The suite on PostgreSQL (what disturbs tests beside it, marked `exclusive`, alone after the
 # rest); again on SQLite (`make run`'s database), all but what is marked PostgreSQL-only; the
@@ -25,10 +28,18 @@ test: $(DEV) $(AXE)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	rm -rf test-artifacts
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) -m "not exclusive" $(PYTEST_ARGS)
-	$(BIN)/python -m pytest -m exclusive $(PYTEST_ARGS)
-	DATABASE_URL=sqlite://:memory: $(BIN)/python -m pytest -n $(TEST_WORKERS) -m "not postgresql" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(SUITE) -n $(TEST_WORKERS) -m "not exclusive" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(SUITE) -m exclusive $(PYTEST_ARGS)
+	DATABASE_URL=sqlite://:memory: $(BIN)/python -m pytest $(SUITE) -n $(TEST_WORKERS) \
+		-m "not postgresql" $(PYTEST_ARGS)
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) tests/browser $(PYTEST_ARGS)
+
+# The openai brain against llama.cpp's server with a tiny model the tests write (README "Model
+# backends"). Its first install compiles llama.cpp: about 4 minutes on 2 cores, then kept in
+# .venv (and pip's wheel cache). CI runs it after `make test`.
+test-llm: $(LLM)
+	scripts/ensure-test-services
+	$(BIN)/python -m pytest tests/llm $(PYTEST_ARGS)
 
 # Measures the engine and writes docs/benchmarks.md (README "Benchmarks"); not part of `make test`,
 # which makes only a smoke run of it. `make bench BENCH_ARGS="--only latency"` runs one section.
@@ -56,6 +67,10 @@ $(RUNTIME): pyproject.toml
 $(DEV): $(RUNTIME)
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(DEV)
+
+$(LLM): $(DEV)
+	$(BIN)/python -m pip install --quiet -e '.[dev,llm]'
+	touch $(LLM)
 
 # axe-core, the accessibility checker the browser tests run on each page, from the npm registry.
 $(AXE): tests/browser/package.json tests/browser/package-lock.json

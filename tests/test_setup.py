@@ -37,10 +37,16 @@ def test_make_bench_sets_up_the_services_first_and_is_not_part_of_make_test():
     assert "manage.py bench" not in run(["make", "-n", "test"]).stdout
 
 
-def test_ci_only_calls_make_test():
+def test_ci_calls_make_test_then_the_llama_lane():
     lines = (BASE_DIR / ".ci" / "run").read_text().splitlines()
     commands = [line for line in lines if line and not line.startswith(("#", "set ", "cd "))]
-    assert commands == ["make test"]
+    assert commands == ["make test test-llm"]
+
+
+def test_make_test_leaves_the_llama_lane_to_make_test_llm():
+    suite = [line for line in run(["make", "-n", "test"]).stdout.splitlines() if "pytest" in line]
+    assert all("--ignore=tests/llm" in line or "tests/browser" in line for line in suite)
+    assert "pytest tests/llm" in run(["make", "-n", "test-llm"]).stdout
 
 
 def test_make_run_passes_the_port():

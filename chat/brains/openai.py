@@ -9,6 +9,7 @@ is remembered whatever the model makes of it.
 from __future__ import annotations
 
 import logging
+import math
 import re
 import time
 from collections.abc import Generator, Iterator
@@ -21,6 +22,7 @@ from django.conf import settings
 from chat.brains.builtin import BuiltinBrain, clip
 from continuity.brains import CUT_OFF, Context, Turn
 from continuity.context.assembly import context_tokens
+from continuity.context.tokens import tokens_estimate
 from continuity.errors import BackendUnavailable, ContextTooLong, PermanentError
 from continuity.models import handoff_markdown
 
@@ -42,10 +44,18 @@ SUMMARY_INSTRUCTIONS = (
 CONTEXT_EXCEEDED = re.compile(
     r"context[ _]length|maximum context|context size|context window|too many tokens", re.I
 )
-# How long a server may take to say its model's window before it is left unknown, and how long
-# an unknown one stays unasked.
+# What a refusal states (OpenAI's, vLLM's and llama-cpp-python's wording): the window, and the
+# prompt's size by the server's count.
+STATED_WINDOW = re.compile(r"maximum context length is (\d+) tokens", re.I)
+STATED_PROMPT = re.compile(r"(\d+) in the messages|messages resulted in (\d+) tokens", re.I)
+# Where servers count tokens with the model's own tokenizer: llama.cpp's server, then
+# llama-cpp-python's.
+TOKENIZER_PATHS = ("/tokenize", "/extras/tokenize")
+# How long a server may take to say its model's window (or count tokens) before it is left
+# unknown, and how long an unknown one stays unasked.
 WINDOW_ASK_TIMEOUT = 3
 WINDOW_ASK_AGAIN = 60
+SERVER_DOWN = "_server_down"  # in what `server_json` returns when nothing answered
 
 
 class ModelTimeout(Exception):
@@ -123,6 +133,16 @@ class OpenAIBrain:
     # (before the worker forks: `warm`), when CONTINUITY_OPENAI_CONTEXT_TOKENS does not say it.
     windows: dict[tuple[str, str], int | None] = {}
     asked: dict[tuple[str, str], float] = {}  # when it was last asked (monotonic clock)
+    # Where the server counts tokens (one of TOKENIZER_PATHS), None when it does not.
+    tokenizers: dict[tuple[str, str], str | None] = {}
+    tokenizer_asked: dict[tuple[str, str], float] = {}
+    # The most server tokens one estimated token has turned out to be (the server's count of a
+    # prompt over CONTINUITY_TOKEN_ESTIMATOR's): the budget shrinks by it. Only ever grows.
+    scales: dict[tuple[str, str], float] = {}
+
+    @classmethod
+    def key(cls) -> tuple[str, str]:
+        return (settings.CONTINUITY_OPENAI_BASE_URL, settings.CONTINUITY_OPENAI_MODEL)
 
     @classmethod
     def label(cls) -> str:
@@ -133,40 +153,107 @@ class OpenAIBrain:
         """The model's context window in tokens: configured, else as its server said, else
         unknown (None: only CONTINUITY_CONTEXT_TOKENS bounds the prompt)."""
         configured = settings.CONTINUITY_OPENAI_CONTEXT_TOKENS
-        key = (settings.CONTINUITY_OPENAI_BASE_URL, settings.CONTINUITY_OPENAI_MODEL)
-        known = [window for window in (configured, cls.windows.get(key)) if window]
+        known = [window for window in (configured, cls.windows.get(cls.key())) if window]
         return min(known) if known else None
 
     @classmethod
-    def window_learn(cls, refused_tokens: int) -> bool:
-        """The server refused a prompt of about `refused_tokens` (estimated) as too long: its
-        window is taken to be small enough that the next prompt is compacted to three
-        quarters of that, and less again if it is refused too. False when that is no smaller
-        than the window already known: compaction cannot help (what is left is the newest
-        exchange and the message), and trying again would only be refused again."""
-        margin = 1 - settings.CONTINUITY_TOKEN_MARGIN
-        budget = int(0.75 * refused_tokens / settings.CONTINUITY_COMPACT_AT)
-        window = int(budget / margin) + cls.reply_tokens()
-        key = (settings.CONTINUITY_OPENAI_BASE_URL, settings.CONTINUITY_OPENAI_MODEL)
-        current = cls.context_window()
-        if current and window >= current:
+    def window_learn(
+        cls, refused_tokens: int, *, window: int | None = None, counted: int | None = None
+    ) -> bool:
+        """The server refused a prompt of about `refused_tokens` (estimated) as too long. What
+        it stated is learned: its `window`, and the prompt's size by its own count (`counted`),
+        which teaches how far the estimate is off. When it stated neither, its window is taken
+        to be small enough that the next prompt is compacted to three quarters of that, and
+        less again if it is refused too. False when nothing smaller was learned: compaction
+        cannot help (what is left is the newest exchange and the message), and trying again
+        would only be refused again."""
+        key, current = cls.key(), cls.context_window()
+        learned = bool(counted and refused_tokens and cls.scale_learn(counted / refused_tokens))
+        if not window and not counted:
+            margin = 1 - settings.CONTINUITY_TOKEN_MARGIN
+            budget = int(0.75 * refused_tokens / settings.CONTINUITY_COMPACT_AT)
+            window = int(budget / margin) + cls.reply_tokens()
+        if window and (not current or window < current):
+            cls.windows[key] = window
+            learned = True
+        if learned:
+            logger.warning(
+                "Model %s at %s refused a prompt of about %d tokens: its window taken as %s, "
+                "%.2f of its tokens per estimated one",
+                key[1], key[0], refused_tokens, cls.context_window(), cls.token_scale(),
+            )  # fmt: skip
+        return learned
+
+    @classmethod
+    def token_scale(cls) -> float:
+        return cls.scales.get(cls.key(), 1.0)
+
+    @classmethod
+    def scale_learn(cls, ratio: float) -> bool:
+        """The server counted `ratio` of its tokens per estimated one: True when that is more
+        than known (the budget shrinks by it)."""
+        if ratio <= cls.token_scale():
             return False
-        cls.windows[key] = window
-        logger.warning(
-            "Model %s at %s refused a prompt of about %d tokens: taking its window as %d",
-            key[1], key[0], refused_tokens, window,
-        )  # fmt: skip
+        cls.scales[cls.key()] = ratio
         return True
 
     @classmethod
-    def server_json(cls, url: str) -> dict:
-        """What the server answers at `url` as a JSON object, within WINDOW_ASK_TIMEOUT; empty
-        when it cannot say (down, an error, not an object)."""
+    def tokens_count(cls, text: str) -> int:
+        """`text`'s tokens by the server's tokenizer where it has one; otherwise estimated, and
+        scaled by what its counts taught."""
+        counted = cls.tokens_counted(text)
+        if counted is not None:
+            return counted
+        return math.ceil(tokens_estimate(text) * cls.token_scale())
+
+    @classmethod
+    def tokens_counted(cls, text: str) -> int | None:
+        """`text`'s tokens as the server's own tokenizer counts them; None when it has none or
+        cannot say now."""
+        key = cls.key()
+        if (
+            key not in cls.tokenizers
+            and time.monotonic() - cls.tokenizer_asked.get(key, -WINDOW_ASK_AGAIN)
+            >= WINDOW_ASK_AGAIN
+        ):
+            cls.tokenizer_discover()
+        if not (path := cls.tokenizers.get(key)):
+            return None
+        tokens = cls.server_json(cls.server_root() + path, post=tokenize_body(text))
+        return len(tokens["tokens"]) if isinstance(tokens.get("tokens"), list) else None
+
+    @classmethod
+    def tokenizer_discover(cls) -> None:
+        """Which of TOKENIZER_PATHS the server answers; remembered, also when it is none. A
+        server that cannot be reached is asked again a minute later."""
+        cls.tokenizer_asked[cls.key()] = time.monotonic()
+        for path in TOKENIZER_PATHS:
+            answer = cls.server_json(cls.server_root() + path, post=tokenize_body("ok"))
+            if isinstance(answer.get("tokens"), list):
+                cls.tokenizers[cls.key()] = path
+                return
+            if answer.get(SERVER_DOWN):
+                return
+        cls.tokenizers[cls.key()] = None
+
+    @classmethod
+    def server_root(cls) -> str:
+        return settings.CONTINUITY_OPENAI_BASE_URL.rstrip("/").removesuffix("/v1")
+
+    @classmethod
+    def server_json(cls, url: str, *, post: dict | None = None) -> dict:
+        """What the server answers at `url` (a GET, or a POST of the JSON `post`) as a JSON
+        object, within WINDOW_ASK_TIMEOUT; empty when it cannot say (an error, not an object),
+        and `{SERVER_DOWN: True}` when it could not be reached."""
         headers = {"Authorization": f"Bearer {settings.CONTINUITY_OPENAI_API_KEY or 'none'}"}
         try:
             with httpx.Client(timeout=WINDOW_ASK_TIMEOUT, headers=headers) as http:
-                found = http.get(url).json()
-        except (httpx.HTTPError, ValueError):
+                answer = http.get(url) if post is None else http.post(url, json=post)
+        except httpx.HTTPError:
+            return {SERVER_DOWN: True}
+        try:
+            found = answer.json() if answer.is_success else {}
+        except ValueError:
             return {}
         return found if isinstance(found, dict) else {}
 
@@ -211,6 +298,14 @@ class OpenAIBrain:
         return min(limit, window // 2) if window else limit
 
     @classmethod
+    def summary_tokens(cls) -> int:
+        """How long a summary may be: at most an eighth of a known window, since every prompt
+        after it carries it (a 512-token model keeps room for the conversation)."""
+        window = cls.context_window()
+        limit = settings.CONTINUITY_OPENAI_SUMMARY_MAX_TOKENS
+        return min(limit, window // 8) if window else limit
+
+    @classmethod
     def window_discover(cls) -> int | None:
         """Ask the server for the model's window, where it says: vLLM in `/v1/models`
         (`max_model_len`), llama.cpp's server in `/props` (`n_ctx`). Remembered when found; a
@@ -221,11 +316,13 @@ class OpenAIBrain:
         if time.monotonic() - cls.asked.get((base, model), -WINDOW_ASK_AGAIN) < WINDOW_ASK_AGAIN:
             return None  # asked lately, and the server did not say
         cls.asked[(base, model)] = time.monotonic()
+        cls.tokenizer_discover()
         listed = cls.models_listed()
         window = next((m.get("max_model_len") for m in listed if m.get("id") == model), None)
         if not window:
-            root = base.rstrip("/").removesuffix("/v1")
-            generation = cls.server_json(f"{root}/props").get("default_generation_settings")
+            generation = cls.server_json(f"{cls.server_root()}/props").get(
+                "default_generation_settings"
+            )
             window = generation.get("n_ctx") if isinstance(generation, dict) else None
         if isinstance(window, int) and window > 0:
             cls.windows[(base, model)] = window
@@ -254,6 +351,7 @@ class OpenAIBrain:
                     pass
             client.chat.completions.create(model="w", messages=asked)
         cls.window_discover()  # once, here, for every pool process
+        cls.tokens_counted("ok")  # and where the server counts tokens
 
     def __init__(self) -> None:
         self.window_discover()  # outside any transaction: a brain is made after the begin
@@ -288,16 +386,19 @@ class OpenAIBrain:
         the server ended without finishing the reply (llama-cpp-python's does when another
         request interrupts it): the attempt is given back, as for any server failure."""
         idle = settings.CONTINUITY_OPENAI_IDLE_TIMEOUT
-        started = False
+        started = heard = False
         finished = None
+        messages = prompt_messages(context)
+        estimated = context_tokens(context)
+        self.prompt_check(messages, estimated=estimated)
         with self.errors_explained(
             timeout=f"sent no token for {idle:g} s",
             answering=lambda: started,
-            prompt_tokens=context_tokens(context),
+            prompt_tokens=estimated,
         ):
             stream = self.client.chat.completions.create(
                 model=self.model,
-                messages=prompt_messages(context),
+                messages=messages,
                 temperature=settings.CONTINUITY_OPENAI_TEMPERATURE,
                 max_tokens=self.reply_tokens(),
                 stream=True,
@@ -305,12 +406,20 @@ class OpenAIBrain:
             # Closing the stream (also when the attempt is stopped mid-reply and this generator
             # is closed) drops the connection, which tells the server to stop generating.
             with stream:
-                for chunk in stream:
-                    for choice in chunk.choices:  # none in a usage-only chunk
-                        if choice.delta and choice.delta.content:
-                            started = True
-                            yield choice.delta.content
-                        finished = choice.finish_reason or finished
+                try:
+                    for chunk in stream:
+                        heard = True
+                        for choice in chunk.choices:  # none in a usage-only chunk
+                            if choice.delta and choice.delta.content:
+                                started = True
+                                yield choice.delta.content
+                            finished = choice.finish_reason or finished
+                except httpx.RemoteProtocolError:
+                    if not heard:  # dropped before its first event: the server may say why
+                        self.silence_explained(messages, estimated=estimated)
+                    raise
+        if not heard:
+            self.silence_explained(messages, estimated=estimated)
         if finished == "length":
             return CUT_OFF
         if finished is None:
@@ -320,6 +429,44 @@ class OpenAIBrain:
                 backend=self.backend,
             )
         return None
+
+    def prompt_check(self, messages: list[dict[str, str]], *, estimated: int) -> None:
+        """Where the server counts tokens, count the prompt: learn how far the estimate that
+        compaction goes by is off, and never send what the window cannot hold. A prompt too
+        long by a count that teaches more than was known is given back (ContextTooLong: the
+        next attempt compacts to fit); one too long by what was already known is all compaction
+        can make it (the newest exchange and the message), and is refused."""
+        counted = self.tokens_counted("\n".join(message["content"] for message in messages))
+        if counted is None:
+            return
+        learned = estimated > 0 and self.scale_learn(counted / estimated)
+        window, reply = self.context_window(), self.reply_tokens()
+        if not window or counted <= window - reply:
+            return
+        said = (
+            f"The prompt is {counted:,} tokens by the model server's count at {self.base_url}; "
+            f"model {self.model!r} has a window of {window:,}, with {reply:,} kept for its reply"
+        )
+        if learned:
+            raise ContextTooLong(f"{said}: compacting to fit.")
+        raise PermanentError(
+            f"{said}, and compaction cannot make it shorter (what is left is the instructions, "
+            "the working notes, the summary, the newest exchange and this message): too long "
+            "for this model's window."
+        )
+
+    def silence_explained(self, messages: list[dict[str, str]], *, estimated: int) -> None:
+        """A stream that sent no event at all: llama-cpp-python's server answers a prompt
+        longer than the window so (its error comes after the 200, and it drops the answer).
+        Asked again, not streamed and for one token, it says why, and a prompt too long is
+        learned from (ContextTooLong); otherwise the stream stays an unfinished reply."""
+        waited = settings.CONTINUITY_OPENAI_REQUEST_TIMEOUT
+        with self.errors_explained(
+            timeout=f"did not answer within {waited:g} s", prompt_tokens=estimated
+        ):
+            self.client.with_options(max_retries=0).chat.completions.create(
+                model=self.model, messages=messages, max_tokens=1, temperature=0
+            )
 
     def remember(self, context: Context, plan: dict, reply: str) -> dict[str, str]:
         return plan["facts"]
@@ -335,25 +482,31 @@ class OpenAIBrain:
         previous = previous_summary.strip() or "(none)"
         request = f"Previous summary:\n{previous}\n\nNew turns:\n{transcript}"
         waited = settings.CONTINUITY_OPENAI_SUMMARY_TIMEOUT
-        with self.errors_explained(timeout=f"did not answer within {waited:g} s"):
-            # Nothing arrives until the whole summary is written: the idle timeout would cut it
-            # off, so the whole request gets a timeout of its own instead.
-            completion = self.client.with_options(
-                timeout=httpx.Timeout(waited), max_retries=0
-            ).chat.completions.create(
-                model=self.model,
-                messages=[
-                    {"role": "system", "content": SUMMARY_INSTRUCTIONS},
-                    {"role": "user", "content": request},
-                ],
-                temperature=0,
-                max_tokens=settings.CONTINUITY_OPENAI_SUMMARY_MAX_TOKENS,
-            )
-        choice = completion.choices[0] if completion.choices else None
+        try:
+            with self.errors_explained(timeout=f"did not answer within {waited:g} s"):
+                # Nothing arrives until the whole summary is written: the idle timeout would
+                # cut it off, so the whole request gets a timeout of its own instead.
+                completion = self.client.with_options(
+                    timeout=httpx.Timeout(waited), max_retries=0
+                ).chat.completions.create(
+                    model=self.model,
+                    messages=[
+                        {"role": "system", "content": SUMMARY_INSTRUCTIONS},
+                        {"role": "user", "content": request},
+                    ],
+                    temperature=0,
+                    max_tokens=self.summary_tokens(),
+                )
+        except PermanentError as exc:
+            if not CONTEXT_EXCEEDED.search(str(exc)):
+                raise
+            completion = None  # the turns to summarize are more than the window holds
+        choice = completion.choices[0] if completion and completion.choices else None
         text = (choice.message.content or "").strip() if choice else ""
         if not text or choice.finish_reason == "length":
             logger.warning(
-                "Summary from %s empty or cut off; using the built-in one", self.base_url
+                "Summary from %s empty, cut off or too long to ask for; using the built-in one",
+                self.base_url,
             )
             return self.builtin.summarize(turns, previous_summary)
         return text
@@ -402,8 +555,9 @@ class OpenAIBrain:
                 f"{server} has no model {self.model!r} ({exc.status_code}: {detail(exc)})."
             ) from exc
         except openai.BadRequestError as exc:
-            exceeded = CONTEXT_EXCEEDED.search(detail(exc)) and prompt_tokens is not None
-            if exceeded and self.window_learn(prompt_tokens):
+            said = detail(exc)
+            exceeded = CONTEXT_EXCEEDED.search(said) and prompt_tokens is not None
+            if exceeded and self.window_learn(prompt_tokens, **stated_sizes(exc)):
                 raise ContextTooLong(
                     f"{server} refused the prompt of about {prompt_tokens} tokens as longer than "
                     f"model {self.model!r} can take ({exc.status_code}: {detail(exc)})."
@@ -482,6 +636,26 @@ class DataOrSilence(httpx.SyncByteStream):
 
     def close(self) -> None:
         self.inner.close()
+
+
+def tokenize_body(text: str) -> dict[str, str]:
+    """What either tokenizer reads: llama.cpp's `content`, llama-cpp-python's `input`."""
+    return {"content": text, "input": text}
+
+
+def stated_sizes(exc: openai.APIStatusError) -> dict[str, int]:
+    """The window and the prompt's size a context refusal states: in its message (OpenAI's
+    wording, which vLLM and llama-cpp-python's server copy), or as llama.cpp's server's
+    `n_ctx` and `n_prompt_tokens`."""
+    body = exc.body if isinstance(exc.body, dict) else {}
+    text = body.get("message") if isinstance(body.get("message"), str) else exc.response.text
+    window, prompt = body.get("n_ctx"), body.get("n_prompt_tokens")
+    if not isinstance(window, int) and (found := STATED_WINDOW.search(text or "")):
+        window = int(found.group(1))
+    if not isinstance(prompt, int) and (found := STATED_PROMPT.search(text or "")):
+        prompt = int(found.group(1) or found.group(2))
+    sizes = {"window": window, "counted": prompt}
+    return {name: size for name, size in sizes.items() if isinstance(size, int) and size > 0}
 
 
 def retry_after(response: httpx.Response) -> float | None:

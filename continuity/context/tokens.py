@@ -23,10 +23,12 @@ def compaction_threshold(budget: int | None = None) -> int:
     return int((budget or settings.CONTINUITY_CONTEXT_TOKENS) * settings.CONTINUITY_COMPACT_AT)
 
 
-def context_budget(brain: object) -> int:
-    """The tokens the brain's prompt may take: CONTINUITY_CONTEXT_TOKENS, or less when the
-    brain knows its model's window (`context_window()`), less the room kept for its reply
-    (`reply_tokens()`), less CONTINUITY_TOKEN_MARGIN for what the estimate may miss."""
+def context_room(brain: object) -> int:
+    """The tokens the brain's prompt may take, as its model counts them:
+    CONTINUITY_CONTEXT_TOKENS, or less when the brain knows its model's window
+    (`context_window()`), less the room kept for its reply (`reply_tokens()`), less
+    CONTINUITY_TOKEN_MARGIN for what a count may miss (the chat template's own tokens, an
+    estimate's error)."""
     budget = settings.CONTINUITY_CONTEXT_TOKENS
     window = brain.context_window() if hasattr(brain, "context_window") else None
     if window:
@@ -35,17 +37,27 @@ def context_budget(brain: object) -> int:
     return max(budget, 1)
 
 
+def context_budget(brain: object) -> int:
+    """`context_room` in estimated tokens, which compaction counts: less where the brain has
+    learned that its model's tokens are more than the estimate says (`token_scale()`)."""
+    scale = brain.token_scale() if hasattr(brain, "token_scale") else 1.0
+    return max(int(context_room(brain) / scale), 1)
+
+
 def message_too_long(*, brain_name: str, text: str) -> str:
     """Why `text` cannot be sent to this brain at all (its model's window could not hold it,
     whatever was left out of the prompt), in words for the person; empty when it can. Said
     before the message is stored, so it is refused with the text kept, never dead-lettered
-    after the fact."""
+    after the fact. Counted by the model's own tokenizer where the brain has one
+    (`tokens_count`)."""
     brain = brain_class(brain_name)  # its class: no client is made for a web request
     if hasattr(brain, "window_discover"):
         brain.window_discover()  # once per process, or once a minute while the server is mute
     window = brain.context_window() if hasattr(brain, "context_window") else None
-    tokens = tokens_estimate(text)
-    if not window or tokens <= context_budget(brain):
+    if not window:
+        return ""
+    tokens = brain.tokens_count(text) if hasattr(brain, "tokens_count") else tokens_estimate(text)
+    if tokens <= context_room(brain):
         return ""
     reply = brain.reply_tokens() if hasattr(brain, "reply_tokens") else 0
     return (

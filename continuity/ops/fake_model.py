@@ -12,8 +12,10 @@ than the request's `max_tokens` ends there with `finish_reason: length`; `interr
 ends streams early with `[DONE]` and no `finish_reason`, as llama-cpp-python's server does when
 another request interrupts one; `empty_next` answers with an empty stream. With
 `context_tokens` it has a window, which it tells at `/props` as llama.cpp's server does, and a
-prompt longer than the window (its words counted as tokens) gets an empty stream, as
-llama-cpp-python's server answers one.
+prompt longer than the window gets what llama-cpp-python's server answers: a streamed request,
+a 200 dropped before its first event; one not streamed, a 400 that states the window and the
+prompt's size. With `tokenizer` it counts tokens at `/tokenize`, as llama.cpp's server does;
+`counts` says what a token is to it: a word, or a character (as a byte-level vocabulary's).
 """
 
 from __future__ import annotations
@@ -54,6 +56,8 @@ class FakeOpenAI:
         context_tokens: int | None = None,
         overflow: str = "empty",
         tells_window: bool = True,
+        tokenizer: bool = False,
+        counts: str = "words",
     ) -> None:
         """`numbered`: each streamed answer to the same text starts "Take N." (regenerated
         replies differ, as a sampling model's do)."""
@@ -63,6 +67,8 @@ class FakeOpenAI:
         # (vLLM's and OpenAI's 400). `tells_window`: whether /props says the window.
         self.overflow = overflow
         self.tells_window = tells_window
+        self.tokenizer = tokenizer
+        self.counts = counts
         self.api_key = api_key
         self.model = model
         self.delay = delay  # seconds between streamed words
@@ -128,6 +134,13 @@ class FakeOpenAI:
     def chat_requests(self) -> int:
         return len(self.streamed())
 
+    def tokens_of(self, text: str) -> int:
+        return len(text) if self.counts == "characters" else len(WORD.findall(text))
+
+    def prompt_tokens(self, body: dict) -> int:
+        """A prompt's length as this server counts it: its messages' tokens."""
+        return sum(self.tokens_of(m.get("content") or "") for m in body.get("messages") or [])
+
     def answering(self, change: int) -> None:
         """One more request being answered (+1), or one fewer (-1; once per request)."""
         with self.lock:
@@ -178,6 +191,8 @@ class OpenAIHandler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+        if self.path.rstrip("/") == "/tokenize" and self.fake.tokenizer:
+            return self.json(200, {"tokens": [0] * self.fake.tokens_of(body.get("content") or "")})
         if self.path.rstrip("/") != "/v1/chat/completions":
             return self.error(404, "Not found.", type_="invalid_request_error")
         self.fake.record(body)
@@ -197,17 +212,17 @@ class OpenAIHandler(BaseHTTPRequestHandler):
             return self.error(404, f"The model `{body.get('model')}` does not exist.")
         asked = last_user_text(body.get("messages") or [])
         text = reply_to(asked)
-        if self.fake.context_tokens and (asked_tokens := prompt_tokens(body)) > (
+        if self.fake.context_tokens and (asked_tokens := self.fake.prompt_tokens(body)) > (
             window := self.fake.context_tokens
         ):
             self.fake.overflows += 1
-            if self.fake.overflow == "error":
-                return self.error(
-                    400,
-                    f"This model's maximum context length is {window} tokens. However, your "
-                    f"messages resulted in {asked_tokens} tokens.",
-                )
-            text = ""
+            if self.fake.overflow == "empty" and body.get("stream"):
+                return self.nothing()
+            return self.error(
+                400,
+                f"This model's maximum context length is {window} tokens. However, your "
+                f"messages resulted in {asked_tokens} tokens.",
+            )
         if body.get("stream"):
             if self.fake.numbered:
                 takes = [last_user_text(b.get("messages") or []) for b in self.fake.streamed()]
@@ -258,6 +273,15 @@ class OpenAIHandler(BaseHTTPRequestHandler):
             self.send_chunk(b"data: [DONE]\n\n")
             self.send_chunk(b"")
 
+    def nothing(self) -> None:
+        """A 200 dropped before its first event: llama-cpp-python's server raises its error
+        only once the response has begun, and closes the connection mid-body."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self.close_connection = True
+
     def event(self, data: dict) -> None:
         self.send_chunk(f"data: {json.dumps(data)}\n\n".encode())
 
@@ -280,11 +304,6 @@ class OpenAIHandler(BaseHTTPRequestHandler):
         error = {"message": message, "type": type_ or kind, "param": None, "code": code}
         retry_after = self.fake.retry_after
         self.json(status, {"error": error}, **({"Retry-After": retry_after} if retry_after else {}))
-
-
-def prompt_tokens(body: dict) -> int:
-    """A prompt's length as this server counts it: the words of its messages."""
-    return sum(len(WORD.findall(m.get("content") or "")) for m in body.get("messages") or [])
 
 
 def last_user_text(messages: list[dict]) -> str:

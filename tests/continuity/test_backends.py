@@ -357,6 +357,74 @@ def test_a_message_longer_than_the_window_is_refused_before_it_is_sent(windowed)
     assert windowed.requests == []
 
 
+def test_a_server_that_counts_tokens_is_never_sent_a_prompt_its_window_cannot_hold(settings):
+    # A byte-level vocabulary: a token per character, four times what the estimator says.
+    fake = FakeOpenAI(delay=0, context_tokens=3000, tokenizer=True, counts="characters").start()
+    settings.CONTINUITY_OPENAI_BASE_URL = fake.url
+    settings.CONTINUITY_OPENAI_API_KEY = fake.api_key
+    settings.CONTINUITY_OPENAI_MODEL = fake.model
+    settings.CONTINUITY_OPENAI_MAX_TOKENS = 100
+    settings.CONTINUITY_OPENAI_SUMMARY_MAX_TOKENS = 30
+    settings.CONTINUITY_DRAIN_TURN_SECONDS = 60
+    chat = openai_conversation(UserFactory())
+    questions = []
+    try:
+        for number in range(8):
+            words = " ".join(f"point{number}-{n}" for n in range(30))
+            questions.append(send(chat, f"Exchange {number}: {words}"))
+            for _ in range(3):  # an attempt given back is tried again at once
+                drain_conversation(conversation_id=chat.pk)
+    finally:
+        fake.stop()
+
+    assert fake.overflows == 0  # by its count, every prompt fit
+    assert OpenAIBrain.token_scale() > 3  # learned from its counts, not from a refusal
+    assert Summary.objects.filter(conversation=chat).exists()
+    for question in questions:
+        assert Message.objects.get(reply_to=question).text == reply_to(question.text)
+    assert not DeadLetter.objects.exists()
+
+
+def test_an_empty_stream_for_a_long_prompt_teaches_the_window_and_the_conversation_goes_on(
+    settings,
+):
+    # llama-cpp-python's server: its window is nowhere to ask, and a prompt longer than it gets
+    # a 200 with an empty stream (a request not streamed gets a 400 that states it).
+    fake = FakeOpenAI(delay=0, context_tokens=300, tells_window=False).start()
+    settings.CONTINUITY_OPENAI_BASE_URL = fake.url
+    settings.CONTINUITY_OPENAI_API_KEY = fake.api_key
+    settings.CONTINUITY_OPENAI_MODEL = fake.model
+    settings.CONTINUITY_OPENAI_MAX_TOKENS = 60
+    settings.CONTINUITY_DRAIN_TURN_SECONDS = 60
+    owner = UserFactory()
+    chat = openai_conversation(owner)
+    try:
+        long = send(chat, " ".join(f"word{n}" for n in range(400)))
+        for _ in range(3):
+            drain_conversation(conversation_id=chat.pk)
+        assert OpenAIBrain.context_window() == 300  # as the server stated it
+
+        # Too long for the window, whatever compaction leaves out: said, not looped on.
+        dead = DeadLetter.objects.get(message=long)
+        assert "maximum context length is 300 tokens" in dead.reason
+        assert not Message.objects.filter(reply_to=long).exists()  # never an empty reply
+
+        # The next message is answered, and one as long is now refused before it is stored.
+        short = send(chat, "Now just say hello.")
+        drain_conversation(conversation_id=chat.pk)
+        assert Message.objects.get(reply_to=short).text == reply_to(short.text)
+        page = Client()
+        page.force_login(owner)
+        refused = page.post(
+            reverse("chat:message_send", args=[chat.pk]),
+            {"text": long.text, "client_id": str(uuid.uuid4())},
+            headers={"HX-Request": "true"},
+        )
+        assert refused.status_code == 422
+    finally:
+        fake.stop()
+
+
 def test_a_concurrency_limit_queues_conversations_instead_of_interrupting_them(server, settings):
     settings.CONTINUITY_OPENAI_CONCURRENCY = 1
     server.delay = 0.05  # each reply takes about half a second

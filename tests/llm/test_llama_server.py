@@ -1,0 +1,197 @@
+"""The `openai` brain against a real OpenAI-compatible server nobody here wrote: llama.cpp's,
+through llama-cpp-python's server, with its default options (it interrupts the stream being
+answered when another request comes) and a 512-token window, serving a tiny random model.
+
+Run by `make test-llm` (README "Model backends"), which builds the server from PyPI. What the
+server sent back is checked from the proxy in front of it, as it said it."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import pytest
+from django.db import connection
+from django.test import Client
+from django.urls import reverse
+
+from chat.brains.openai import OpenAIBrain
+from continuity.delivery.inbox import message_accept
+from continuity.delivery.processing import drain_conversation
+from continuity.models import Conversation, DeadLetter, Message, Summary
+from tests.factories import ConversationFactory, UserFactory
+from tests.llm.servers import MODEL, LlamaServer, RecordingProxy
+from tests.llm.tiny_model import WORDS, tiny_model_write
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+SHORT = "Now just say hello."
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory):
+    return tiny_model_write(tmp_path_factory.mktemp("llm") / "tiny.gguf")
+
+
+@pytest.fixture
+def llama(tiny_model, settings):
+    """The server, and the recording proxy the brain talks to."""
+    server = LlamaServer(tiny_model, context_tokens=512).start()
+    proxy = RecordingProxy(server.url).start()
+    settings.CONTINUITY_OPENAI_BASE_URL = f"{proxy.url}/v1"
+    settings.CONTINUITY_OPENAI_MODEL = MODEL
+    settings.CONTINUITY_OPENAI_API_KEY = ""
+    settings.CONTINUITY_DRAIN_TURN_SECONDS = 60
+    # An interrupted stream is the server's failure: waited out briefly here, and never
+    # the point at which its conversations stop trying.
+    settings.CONTINUITY_BACKEND_BACKOFF_SECONDS = [0.05, 0.1, 0.2]
+    settings.CONTINUITY_BACKEND_UNAVAILABLE_AFTER = 1000
+    settings.ADMINS = []
+    yield proxy
+    proxy.stop()
+    server.stop()
+
+
+def send(conversation: Conversation, text: str) -> Message:
+    return message_accept(conversation=conversation, text=text, client_id=uuid.uuid4())
+
+
+def answered(question: Message, *, within: float = 120) -> Message:
+    """Drain its conversation until the question has its reply (an attempt the server cut
+    short is given back and tried again)."""
+    deadline = time.monotonic() + within
+    while not (reply := Message.objects.filter(reply_to=question).first()):
+        assert time.monotonic() < deadline, f"no reply to message {question.pk}"
+        Conversation.objects.filter(pk=question.conversation_id).update(retry_at=None)
+        drain_conversation(conversation_id=question.conversation_id)
+    return reply
+
+
+def assert_as_the_server_sent_it(reply: Message, proxy: RecordingProxy) -> None:
+    """Never empty, and a reply the server finished (`stop`), or one it cut at the length
+    limit that is marked so."""
+    assert reply.text.strip()
+    ending = "length" if reply.cut_off else "stop"
+    sent = [answer for answer in proxy.streamed() if answer["finish_reason"] == ending]
+    assert reply.text in [answer["text"] for answer in sent]
+
+
+def said(number: int, words: int) -> str:
+    """A message of the model's own words (a token each)."""
+    return " ".join(WORDS[(number * 7 + n) % len(WORDS)] for n in range(words))
+
+
+def test_a_message_longer_than_the_window_is_refused_before_it_is_sent(llama, settings):
+    # llama-cpp-python's server does not say its window: it is configured, as --n_ctx is.
+    settings.CONTINUITY_OPENAI_CONTEXT_TOKENS = 512
+    owner = UserFactory()
+    chat = ConversationFactory(owner=owner, brain="openai")
+    page = Client()
+    page.force_login(owner)
+    long = " ".join(f"word{n}" for n in range(2500))[: settings.CONTINUITY_MAX_MESSAGE_CHARS]
+
+    refused = page.post(
+        reverse("chat:message_send", args=[chat.pk]),
+        {"text": long, "client_id": str(uuid.uuid4())},
+        headers={"HX-Request": "true"},
+    )
+
+    assert refused.status_code == 422
+    tokens = OpenAIBrain.tokens_count(long)  # by the server's own tokenizer
+    assert tokens > 512
+    assert f"This message is about {tokens:,} tokens; the model&#x27;s window is 512" in (
+        refused.content.decode()
+    )
+    assert not Message.objects.filter(conversation=chat).exists()
+    assert llama.streamed() == []
+
+    reply = answered(send(chat, SHORT))
+    assert_as_the_server_sent_it(reply, llama)
+
+
+def test_a_window_the_server_does_not_say_is_learned_from_its_refusal(llama):
+    owner = UserFactory()
+    chat = ConversationFactory(owner=owner, brain="openai")
+    long = send(chat, " ".join(f"word{n}" for n in range(1500)))
+
+    for _ in range(3):  # the empty stream is asked about, learned from, then refused
+        drain_conversation(conversation_id=chat.pk)
+
+    assert OpenAIBrain.context_window() == 512  # as the server stated it
+    assert [answer["text"] for answer in llama.streamed()] == [""]  # its empty stream, once
+    dead = DeadLetter.objects.get(message=long)
+    assert "window of 512" in dead.reason and "too long for this model" in dead.reason
+    assert not Message.objects.filter(reply_to=long).exists()  # never an empty reply
+
+    reply = answered(send(chat, SHORT))
+    assert_as_the_server_sent_it(reply, llama)
+    page = Client()
+    page.force_login(owner)
+    again = page.post(
+        reverse("chat:message_send", args=[chat.pk]),
+        {"text": long.text, "client_id": str(uuid.uuid4())},
+        headers={"HX-Request": "true"},
+    )
+    assert again.status_code == 422  # refused before it is stored, now the window is known
+
+
+def test_five_exchanges_past_the_window_are_compacted_and_answered(llama, settings):
+    settings.CONTINUITY_OPENAI_CONTEXT_TOKENS = 512
+    settings.CONTINUITY_OPENAI_MAX_TOKENS = 100
+    chat = ConversationFactory(owner=UserFactory(), brain="openai")
+
+    replies = [answered(send(chat, said(number, 25))) for number in range(5)]
+
+    # Five exchanges, far fewer than CONTINUITY_HISTORY_TURNS (20): compacted by tokens.
+    assert Summary.objects.filter(conversation=chat).exists()
+    for reply in replies:
+        assert_as_the_server_sent_it(reply, llama)
+    assert not DeadLetter.objects.exists()
+
+
+def drain_at_once(conversations: list[Conversation], questions: list[Message]) -> None:
+    """Each conversation drained on a thread of its own, all at once, until answered."""
+
+    def drain(question: Message) -> None:
+        try:
+            answered(question)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=drain, args=(question,)) for question in questions]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=180)
+
+
+def test_four_conversations_answered_at_once_by_a_server_that_interrupts(llama, settings):
+    settings.CONTINUITY_OPENAI_CONTEXT_TOKENS = 512
+    chats = [ConversationFactory(owner=UserFactory(), brain="openai") for _ in range(4)]
+    questions = [send(chat, said(number, 12)) for number, chat in enumerate(chats)]
+    llama.gather(4)  # the four first requests reach the server together
+
+    drain_at_once(chats, questions)
+
+    # Each request ended the stream answered before it (`[DONE]`, no finish_reason): those
+    # attempts were given back, and every stored reply is one the server finished.
+    cut_short = [answer for answer in llama.streamed() if answer["finish_reason"] is None]
+    assert len(cut_short) >= 1
+    for question in questions:
+        assert_as_the_server_sent_it(Message.objects.get(reply_to=question), llama)
+    assert not DeadLetter.objects.exists()
+
+
+def test_a_concurrency_limit_of_one_means_no_stream_is_interrupted(llama, settings):
+    settings.CONTINUITY_OPENAI_CONTEXT_TOKENS = 512
+    settings.CONTINUITY_OPENAI_CONCURRENCY = 1
+    chats = [ConversationFactory(owner=UserFactory(), brain="openai") for _ in range(4)]
+    questions = [send(chat, said(number, 12)) for number, chat in enumerate(chats)]
+
+    drain_at_once(chats, questions)
+
+    for question in questions:
+        assert_as_the_server_sent_it(Message.objects.get(reply_to=question), llama)
+    assert len(llama.streamed()) == 4  # one stream per reply, none cut short
+    assert all(answer["finish_reason"] in ("stop", "length") for answer in llama.answers)
