@@ -34,6 +34,7 @@ class Conversation(models.Model):
         ATTEMPT = "", "A failed or crashed attempt's backoff"
         DATABASE = "database", "The database, after an outage"
         MODEL = "model", "The model server, which could not answer"
+        MODEL_BUSY = "model_busy", "The model server, busy answering other conversations"
 
     waiting_for = models.CharField(
         max_length=16,

@@ -226,12 +226,16 @@ def message_counts_by_state() -> dict[str, int]:
 def retry_wait_of(conversation: Conversation) -> int | None:
     """Seconds until an interrupted message is tried again (the backoff, on the database's
     clock), or None when no message waits on one: paused, an attempt running, nothing queued.
-    While the model server is unavailable, every queued message waits on it, tried or not.
+    While the model server is unavailable or busy, every queued message waits on it, tried or
+    not.
     `conversation` is freshly read: without a retry time set there is nothing to ask."""
     if conversation.retry_at is None:
         return None
     tried = Q(messages__attempts__gt=0) | Q(messages__interruptions__gt=0)
-    if conversation.waiting_for == Conversation.WaitingFor.MODEL:
+    if conversation.waiting_for in (
+        Conversation.WaitingFor.MODEL,
+        Conversation.WaitingFor.MODEL_BUSY,
+    ):
         tried = Q()
     wait = (
         Conversation.objects.filter(

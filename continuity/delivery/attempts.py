@@ -29,7 +29,13 @@ from ..context.handoffs import (
     handoff_of,
 )
 from ..context.memory import memory_remember_all
-from ..errors import DATABASE_LOST, AttemptStopped, InvalidTransition, NextAttemptFailed
+from ..errors import (
+    DATABASE_LOST,
+    MODEL_BUSY,
+    AttemptStopped,
+    InvalidTransition,
+    NextAttemptFailed,
+)
 from ..live.events import publish_conversation_changed, publish_message_changed
 from ..models import Checkpoint, Conversation, CrashRecord, Handoff, Message, Run
 from ..ops.faults import fault_point
@@ -583,9 +589,11 @@ def message_give_back(
     )
     if wait is not None:
         # The watchdog's sweep sends the drain once the server's next try has come.
+        waited_for = Conversation.WaitingFor.MODEL
+        if error.startswith(MODEL_BUSY):  # answering others: its next answer frees a slot
+            waited_for = Conversation.WaitingFor.MODEL_BUSY
         Conversation.objects.filter(pk=conversation.pk).update(
-            retry_at=db_now_plus(timedelta(seconds=wait)),
-            waiting_for=Conversation.WaitingFor.MODEL,
+            retry_at=db_now_plus(timedelta(seconds=wait)), waiting_for=waited_for
         )
         return False
     if error.startswith(DATABASE_LOST):

@@ -97,16 +97,16 @@ def backend_failed(backend: str, *, reason: str, retry_after: float | None) -> B
 def backend_answered(backend: str) -> None:
     """The server answered: whatever failed before is over, and the conversations that wait
     for it are answered now, not at their own next try (which the backoff may have put
-    minutes away)."""
+    minutes away); so are those that found it busy (a slot has just been freed)."""
+    waited_for = [Conversation.WaitingFor.MODEL_BUSY]
     try:
-        if not redis_client().delete(backend_key(backend)):
-            return
+        if redis_client().delete(backend_key(backend)):
+            logger.info("Model server %s answers again", backend)
+            waited_for.append(Conversation.WaitingFor.MODEL)
     except redis.RedisError:
         logger.warning("Model server %s answered; Redis did not hear of it", backend)
-        return
-    logger.info("Model server %s answers again", backend)
     try:
-        released = conversations_waiting_release(backend)
+        released = conversations_waiting_release(backend, waited_for)
     except (DatabaseError, InterfaceError):
         logger.exception("Conversations waiting for %s left to their next try", backend)
         return
@@ -114,13 +114,13 @@ def backend_answered(backend: str) -> None:
         logger.info("%s conversation(s) waiting for %s go on", released, backend)
 
 
-def conversations_waiting_release(backend: str) -> int:
-    """End the wait of the conversations whose brain uses `backend` and that wait for it, and
-    send each a drain; how many."""
+def conversations_waiting_release(backend: str, waited_for: list[str]) -> int:
+    """End the wait of the conversations whose brain uses `backend` and that wait for it as
+    `waited_for` says, and send each a drain; how many."""
     brains = brains_of(backend)
     waiting = Conversation.objects.filter(
         state=Conversation.State.ACTIVE,
-        waiting_for=Conversation.WaitingFor.MODEL,
+        waiting_for__in=waited_for,
         brain__in=brains,
     )
     ids = list(waiting.values_list("pk", flat=True))

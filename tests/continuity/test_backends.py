@@ -520,7 +520,20 @@ def test_a_server_whose_slots_stay_taken_is_busy_not_failing(server, settings):
     assert (question.state, question.attempts, question.interruptions) == ("queued", 0, 0)
     assert backend_down(backend) is None
     chat.refresh_from_db()
-    assert chat.waiting_for == "model"
-    due_now(chat)
+    assert chat.waiting_for == "model_busy" and chat.retry_at is not None
+    page = Client()
+    page.force_login(chat.owner)
+    shown = page.get(reverse("chat:conversation", args=[chat.pk])).content.decode()
+    assert "The model server is busy with other conversations; your message is next in line." in (
+        shown
+    )
+    assert "isn&#x27;t answering" not in shown
+
+    # The server's next answer, to another conversation, frees a slot: the wait ends at once.
+    other = openai_conversation(UserFactory())
+    send(other, "Me first.")
+    drain_conversation(conversation_id=other.pk)
+    chat.refresh_from_db()
+    assert (chat.waiting_for, chat.retry_at) == ("", None)
     drain_conversation(conversation_id=chat.pk)
     assert Message.objects.get(reply_to=question).text == reply_to(question.text)
