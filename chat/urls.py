@@ -1,6 +1,13 @@
 from django.urls import path
 
-from . import branch_views, conversation_views, memory_views, recovery_views, views
+from . import (
+    branch_views,
+    conversation_views,
+    memory_views,
+    notes_views,
+    recovery_views,
+    views,
+)
 
 app_name = "chat"
 urlpatterns = [
@@ -46,6 +53,9 @@ urlpatterns = [
         recovery_views.recovery_correct,
         name="recovery_correct",
     ),
+    path("c/<int:pk>/notes/", notes_views.conversation_notes, name="notes"),
+    path("c/<int:pk>/notes/correct/", notes_views.conversation_note_correct, name="notes_correct"),
+    path("c/<int:pk>/notes/forget/", notes_views.conversation_note_forget, name="notes_forget"),
     path("memory/", memory_views.memory, name="memory"),
     path("memory/<int:pk>/edit/", memory_views.memory_fact_edit, name="memory_edit"),
     path("memory/<int:pk>/forget/", memory_views.memory_fact_forget, name="memory_forget"),

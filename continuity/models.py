@@ -513,6 +513,8 @@ class Handoff(models.Model):
         PAUSE = "pause", "Pause"
         STAFF_EDIT = "staff_edit", "Edited by staff"
         USER_CORRECTION = "user_correction", "Corrected by the user"
+        FORGOTTEN = "forgotten", "Forgotten by the user"
+        SCOPES_SPLIT = "scopes_split", "Goal moved here from the person's memory"
 
     conversation = models.ForeignKey(
         Conversation, on_delete=models.CASCADE, related_name="handoffs"

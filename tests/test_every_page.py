@@ -54,6 +54,8 @@ NOT_PAGES = {
     "c/<int:pk>/brain/": ACTION,
     "c/<int:pk>/archive/": ACTION,
     "c/<int:pk>/recoveries/<int:recovery_pk>/correct/": ACTION,
+    "c/<int:pk>/notes/correct/": ACTION,
+    "c/<int:pk>/notes/forget/": ACTION,
     "memory/<int:pk>/edit/": ACTION,
     "memory/<int:pk>/delete/": ACTION,
     "dashboard/dead-letters/bulk/": ACTION,

@@ -1,7 +1,10 @@
 """The built-in brain: offline and deterministic, yet it listens.
 
-It learns stated facts (name, goal, likes, notes to remember), keeps a goal with a small plan,
-answers questions about what it knows, and recaps the conversation ("where were we?").
+Two scopes, kept apart. What a person states about themselves (their name, what they like, what
+they ask to be remembered) is theirs, shared by all their conversations (memory facts). A goal
+belongs to the conversation it was stated in: it lives in that conversation's handoff ("Working
+on: …", with its plan as the next steps), never in the person's memory, so "where were we?"
+in one conversation speaks of that one only.
 """
 
 from __future__ import annotations
@@ -11,13 +14,11 @@ import time
 from collections.abc import Iterator
 
 from django.conf import settings
-from django.utils import timezone
 
 from continuity.brains import Context, Turn
 
-NAME = re.compile(
-    r"\b(?i:my name is|call me|i am|i'm)\s+(?P<name>[A-Za-z][\w'-]*(?:\s+[A-Z][\w'-]*)?)"
-)
+# Only the explicit forms: "I'm Tired of this bug" states a mood, not a name.
+NAME = re.compile(r"\b(?i:my name is|call me)\s+(?P<name>[A-Za-z][\w'-]*(?:\s+[A-Z][\w'-]*)?)")
 GOAL = re.compile(
     r"\b(?:my goal is(?: to)?|i want to|i'd like to|i would like to|i need to|i'm trying to|"
     r"i am trying to|help me)\s+(?P<goal>[^.!?\n]+)",
@@ -41,8 +42,8 @@ TITLE_WORDS = 8
 GREETING = re.compile(r"^\s*(?:hi|hello|hey|good (?:morning|afternoon|evening))\b", re.I)
 THANKS = re.compile(r"\b(?:thanks|thank you|cheers)\b", re.IGNORECASE)
 HELP = re.compile(r"^\s*(?:help|\?|what can you do)\s*\??\s*$", re.IGNORECASE)
-# "I'm tired" must not become a name: a name needs a capital letter or an explicit phrase.
-EXPLICIT_NAME = re.compile(r"\b(?:my name is|call me)\b", re.IGNORECASE)
+# The handoff line that holds the conversation's goal.
+WORKING_ON = "Working on: "
 TOKEN = re.compile(r"\S+\s*|\s+")
 SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 # What the person says about themselves, said back to them: "my knee hurts" -> "your knee hurts".
@@ -98,6 +99,27 @@ def goal_plan(goal: str) -> list[str]:
     ]
 
 
+def conversation_goal(context: Context) -> str | None:
+    """The goal of the conversation being answered, from its handoff."""
+    note = context.handoff
+    for line in note.current_state.splitlines() if note else []:
+        if line.startswith(WORKING_ON):
+            return line.removeprefix(WORKING_ON).strip() or None
+    return None
+
+
+FACT_SENTENCES = {
+    "name": "Your name is {}.",
+    "likes": "You like {}.",
+    "note": "You asked me to remember that {}.",
+}
+
+
+def fact_sentence(key: str, value: str) -> str:
+    """A remembered fact said as a sentence, in the person's own casing."""
+    return FACT_SENTENCES.get(key, f"{key.capitalize()}: {{}}.").format(value.rstrip("."))
+
+
 class BuiltinBrain:
     @classmethod
     def label(cls) -> str:
@@ -106,10 +128,12 @@ class BuiltinBrain:
     def plan(self, context: Context) -> dict:
         text = context.text
         facts = self.facts_in(text)
-        intent = self.intent_of(text, facts)
+        goal = self.goal_in(text)
+        intent = self.intent_of(text, facts, goal)
         plan: dict = {"intent": intent, "facts": facts}
-        if "goal" in facts:
-            plan["steps"] = goal_plan(facts["goal"])
+        if goal:
+            plan["goal"] = goal
+            plan["steps"] = goal_plan(goal)
         return plan
 
     def respond(self, context: Context, plan: dict) -> Iterator[str]:
@@ -123,25 +147,33 @@ class BuiltinBrain:
         return plan["facts"]
 
     def facts_in(self, text: str) -> dict[str, str]:
+        """What the person stated about themselves, one fact per statement: "remember that I
+        like tea" is a note to remember, not also a like."""
         facts: dict[str, str] = {}
-        if (match := NAME.search(text)) and (
-            EXPLICIT_NAME.search(match.group(0)) or match.group("name")[0].isupper()
-        ):
-            facts["name"] = match.group("name").strip().title()
-        if match := GOAL.search(text):
-            facts["goal"] = clip(match.group("goal"))
-        if match := LIKE.search(text):
-            facts["likes"] = clip(match.group("thing"))
-        if (match := REMEMBER.search(text)) and not self.asks_about_memory(text, match):
-            facts["note"] = clip(reflect(match.group("note")))
+        for sentence in SENTENCE.split(text):
+            if (match := REMEMBER.search(sentence)) and not self.asks_about_memory(sentence, match):
+                facts["note"] = clip(reflect(match.group("note")))
+                continue
+            if match := NAME.search(sentence):
+                facts["name"] = " ".join(
+                    word[0].upper() + word[1:] for word in match.group("name").split()
+                )
+            if (match := LIKE.search(sentence)) and not GOAL.search(sentence):
+                facts["likes"] = clip(match.group("thing"))
         return facts
+
+    def goal_in(self, text: str) -> str | None:
+        """The goal this message sets for its conversation, in the person's words."""
+        if (match := GOAL.search(text)) and not REMEMBER.search(text):
+            return clip(match.group("goal"))
+        return None
 
     def asks_about_memory(self, text: str, match: re.Match) -> bool:
         """Whether the "remember" is a question ("what do you remember about me?", "do you
         remember my name?"), which is not something to remember."""
         return bool(ASK_MEMORY.search(text)) or text[match.end() :].lstrip().startswith("?")
 
-    def intent_of(self, text: str, facts: dict[str, str]) -> str:
+    def intent_of(self, text: str, facts: dict[str, str], goal: str | None = None) -> str:
         for intent, pattern in (
             ("ask_name", ASK_NAME),
             ("ask_goal", ASK_GOAL),
@@ -151,7 +183,7 @@ class BuiltinBrain:
         ):
             if pattern.search(text):
                 return intent
-        if facts:
+        if facts or goal:
             return "learn"
         if GREETING.search(text):
             return "greet"
@@ -160,10 +192,16 @@ class BuiltinBrain:
         return "discuss"
 
     def reply_text(self, context: Context, plan: dict) -> str:
-        known = {**context.facts, **plan["facts"]}
-        name = known.get("name")
+        known = {key: value for key, value in context.facts.items() if key != "goal"}
+        known.update(plan["facts"])
         handler = getattr(self, f"reply_{plan['intent']}")
-        reply = handler(context=context, plan=plan, known=known, name=name)
+        reply = handler(
+            context=context,
+            plan=plan,
+            known=known,
+            name=known.get("name"),
+            goal=plan.get("goal") or conversation_goal(context),
+        )
         if context.recovery is not None:
             return f"{self.recovery_sentence(context)}\n\n{reply}"
         return reply
@@ -184,38 +222,50 @@ class BuiltinBrain:
             return f"Your name is **{name}**."
         return "You haven't told me your name yet. Say “my name is …” and I'll remember it."
 
-    def reply_ask_goal(self, *, known: dict, **_) -> str:
-        goal = known.get("goal")
+    def reply_ask_goal(self, *, context: Context, goal: str | None, **_) -> str:
         if not goal:
-            return "We haven't set a goal yet. Tell me “my goal is …” and I'll draft a plan."
-        steps = "\n".join(f"{i}. {s}" for i, s in enumerate(goal_plan(goal), 1))
-        return f"Your goal is **{goal}**. The plan:\n\n{steps}"
+            return (
+                "We haven't set a goal in this conversation yet. Tell me “my goal is …” and "
+                "I'll draft a plan."
+            )
+        note = context.handoff
+        plan = (note.next_steps if note else None) or goal_plan(goal)
+        steps = "\n".join(f"{i}. {s}" for i, s in enumerate(plan, 1))
+        return f"Your goal in this conversation is **{goal}**. The plan:\n\n{steps}"
 
-    def reply_ask_memory(self, *, context: Context, known: dict, **_) -> str:
-        if not known and not context.summary:
+    def reply_ask_memory(self, *, context: Context, known: dict, goal: str | None, **_) -> str:
+        if not known and not goal and not context.summary:
             return "I don't know anything about you yet. Tell me your name or a goal."
-        lines = "\n".join(f"- **{key}**: {value}" for key, value in sorted(known.items()))
-        reply = f"Here is what I remember:\n\n{lines}" if known else ""
+        parts = []
+        if known:
+            sentences = "\n".join(f"- {fact_sentence(key, value)}" for key, value in known.items())
+            parts.append(f"About you (I remember it in all your conversations):\n\n{sentences}")
+        if goal:
+            parts.append(f"In this conversation, your goal is **{goal}**.")
         if context.summary:
             # Compacted turns left the prompt; what the user stated in them is in the summary.
-            earlier = f"From earlier in our conversation:\n\n{context.summary}"
-            reply = f"{reply}\n\n{earlier}" if reply else earlier
-        return reply
+            parts.append(f"From earlier in this conversation:\n\n{context.summary}")
+        return "\n\n".join(parts)
 
-    def reply_recap(self, *, context: Context, known: dict, name: str | None, **_) -> str:
+    def reply_recap(self, *, context: Context, goal: str | None, name: str | None, **_) -> str:
+        """This conversation only: its goal, the last things said, what to keep in mind
+        (corrections, staff's notes) and one next step, the handoff's when it has one (the
+        working memory staff and the person can correct)."""
         asked = [turn.text for turn in context.history if turn.role == "user"]
         note = context.handoff
-        if not asked and not note:
+        if not asked and not note and not goal:
             return "This is the start of our conversation, so there is nothing to recap yet."
         lines = [f"Here is where we were{', ' + name if name else ''}:", ""]
+        if goal:
+            lines.append(f"- Your goal in this conversation: **{goal}**.")
         lines += [f"- You said: “{clip(text, 80)}”" for text in asked[-3:]]
-        if goal := known.get("goal"):
-            lines += ["", f"Your goal is **{goal}**; next step: {goal_plan(goal)[0].lower()}."]
-        if note and note.next_steps:
-            # The handoff is the working memory staff can correct: its next step wins.
-            written = timezone.localtime(note.written_at)
-            lines += ["", f"Next step (from the handoff of {written:%H:%M}): "
-                      f"{note.next_steps[0]}"]  # fmt: skip
+        if note and note.critical_context:
+            lines += ["", "Keep in mind:", *(f"- {line}" for line in note.critical_context)]
+        step = (note.next_steps[0] if note and note.next_steps else None) or (
+            goal_plan(goal)[0] if goal else None
+        )
+        if step:
+            lines += ["", f"Next step: {step.rstrip('.')}."]
         return "\n".join(lines)
 
     def reply_help(self, **_) -> str:
@@ -225,63 +275,61 @@ class BuiltinBrain:
             "and answer “where were we?” with a recap — even after a restart."
         )
 
-    def reply_learn(self, *, plan: dict, name: str | None, **_) -> str:
+    def reply_learn(self, *, plan: dict, **_) -> str:
         facts = plan["facts"]
         parts = []
         if "name" in facts:
             parts.append(f"Nice to meet you, **{facts['name']}**! I'll remember your name.")
-        if "goal" in facts:
+        if goal := plan.get("goal"):
             steps = "\n".join(f"{i}. {s}" for i, s in enumerate(plan["steps"], 1))
-            parts.append(f"Your goal: **{facts['goal']}**. Here's a plan:\n\n{steps}")
+            parts.append(f"Your goal in this conversation: **{goal}**. Here's a plan:\n\n{steps}")
         if "likes" in facts:
             parts.append(f"Noted that you like {facts['likes']}.")
         if "note" in facts:
             parts.append(f"I'll remember that {facts['note']}.")
         return "\n\n".join(parts)
 
-    def reply_greet(self, *, name: str | None, known: dict, **_) -> str:
+    def reply_greet(self, *, name: str | None, goal: str | None, **_) -> str:
         hello = f"Hello, {name}!" if name else "Hello!"
-        if goal := known.get("goal"):
+        if goal:
             return f"{hello} Shall we continue with your goal, **{goal}**?"
         return f"{hello} What would you like to work on?"
 
     def reply_thanks(self, *, name: str | None, **_) -> str:
         return f"You're welcome{', ' + name if name else ''}."
 
-    def reply_discuss(self, *, context: Context, known: dict, **_) -> str:
-        said = clip(context.text, 80)
-        turns = sum(1 for turn in context.history if turn.role == "user") + 1
-        reply = f"You said: “{said}”. That's message {turns} of this conversation."
-        if goal := known.get("goal"):
+    def reply_discuss(self, *, context: Context, goal: str | None, **_) -> str:
+        reply = f"You said: “{clip(context.text, 80)}”."
+        if goal:
             return f"{reply} How does it move your goal, **{goal}**, forward?"
         return f"{reply} Tell me your goal and I'll help you plan it."
 
     def task_state(self, context: Context, plan: dict, reply: str) -> dict | None:
-        """Changed only when the turn stated something (a name, a goal, a like, a note)."""
-        facts = plan.get("facts") or {}
-        if not facts:
+        """The conversation's working memory changes only when the message set its goal: what
+        it works on, the plan as next steps, and the decision. What the person said about
+        themselves is their memory's, not this conversation's notes."""
+        goal = plan.get("goal")
+        if not goal:
             return None
-        known = {**context.facts, **facts}
         note = context.handoff
-        goal = known.get("goal")
-        critical = [f"{key}: {value}" for key, value in sorted(known.items()) if key != "goal"]
-        if note:  # keep what staff (or an earlier turn) added beyond the facts
-            critical += [line for line in note.critical_context if line.split(":")[0] not in known]
-        steps = plan.get("steps") or (note.next_steps if note else None)
-        decisions = list(note.decisions) if note else []
-        if "goal" in facts:
-            decisions.append(f"Drafted a three-step plan for “{facts['goal']}”")
+        state = [
+            line
+            for line in (note.current_state.splitlines() if note else [])
+            if not line.startswith(WORKING_ON) and line.strip()
+        ]
         return {
-            "current_state": f"Working on: {goal}" if goal else "No goal set yet.",
-            "critical_context": critical,
-            "next_steps": steps or (goal_plan(goal) if goal else []),
-            "decisions": decisions,
+            "current_state": "\n".join([f"{WORKING_ON}{goal}", *state]),
+            "next_steps": plan["steps"],
+            "decisions": [
+                *(note.decisions if note else []),
+                f"Drafted a three-step plan for “{goal}”",
+            ],
         }
 
     def title(self, context: Context, reply: str) -> str:
         """The goal when one was stated; else the first sentence, without a greeting, at most
         TITLE_WORDS words."""
-        if goal := self.facts_in(context.text).get("goal"):
+        if goal := self.goal_in(context.text):
             return goal[0].upper() + goal[1:]
         text = GREETING.sub("", context.text).lstrip(" ,!.-")
         sentence = re.split(r"(?<=[.!?])\s", text.strip(), maxsplit=1)[0].rstrip(".!")
@@ -300,6 +348,6 @@ class BuiltinBrain:
                 continue
             for sentence in SENTENCE.split(turn.text):
                 line = f"- You said: “{' '.join(sentence.split())}”"
-                if self.facts_in(sentence) and line not in lines:
+                if (self.facts_in(sentence) or self.goal_in(sentence)) and line not in lines:
                     lines.append(line)
         return "\n".join(lines) or "(Nothing you stated needed keeping.)"

@@ -73,7 +73,7 @@ def system_prompt(context: Context) -> str:
     parts = [context.identity.strip()]
     if context.facts:
         facts = "\n".join(f"- {key}: {value}" for key, value in context.facts.items())
-        parts.append(f"What you remember about the user:\n{facts}")
+        parts.append(f"About the user (what you remember in all their conversations):\n{facts}")
     if note := context.handoff:
         notes = handoff_markdown(
             written_at=note.written_at,
@@ -82,7 +82,10 @@ def system_prompt(context: Context) -> str:
             next_steps=note.next_steps,
             decisions=note.decisions,
         )
-        parts.append(f"Your working notes from before this turn:\n\n{notes}")
+        parts.append(
+            "Your notes for this conversation (its goal, plan and what to keep in mind; other "
+            f"conversations have their own):\n\n{notes}"
+        )
     if summary := context.summary.strip():
         parts.append(f"Summary of the earlier conversation (those turns are not shown):\n{summary}")
     if context.pending:
@@ -378,7 +381,10 @@ class OpenAIBrain:
         )
 
     def plan(self, context: Context) -> dict:
-        return {"facts": self.builtin.facts_in(context.text)}
+        """The facts the person stated about themselves, and a goal the message set for this
+        conversation with its plan, picked out by the built-in brain's rules."""
+        plan = self.builtin.plan(context)
+        return {key: plan[key] for key in ("facts", "goal", "steps") if key in plan}
 
     def respond(self, context: Context, plan: dict) -> Generator[str, None, str | None]:
         """The reply as the server streams it. Its `finish_reason` says how it ended: `stop`,

@@ -304,13 +304,18 @@ def run_context_load(run_context: RunContext) -> Context:
     return context_load(refs=refs_of(run_context), message=message, attempt=run.attempt)
 
 
+# Which scope each part comes from, said in its heading: the person's, or this conversation's.
+MEMORY_HEADING = "Long-term memory (about the person, shared by all their conversations)"
+NOTES_HEADING = "Current task state (this conversation's own notes)"
+
+
 def context_text(context: Context) -> str:
     """The context as one text, in the assembly order: what a language-model brain is sent,
     what the token estimate counts, and what staff read on the run's admin page."""
     parts = ["# Identity and rules", context.identity.strip() or "(none)", ""]
-    parts += ["# Long-term memory"]
+    parts += [f"# {MEMORY_HEADING}"]
     parts += [f"- {key}: {value}" for key, value in context.facts.items()] or ["(nothing yet)"]
-    parts += ["", "# Current task state"]
+    parts += ["", f"# {NOTES_HEADING}"]
     if note := context.handoff:
         parts += [
             f"Working memory (handoff v{note.version}, {Handoff.Reason(note.reason).label}):",

@@ -6,6 +6,8 @@ after a crash, at a pause and at a compaction; by staff in the admin. Never over
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from django.db import transaction
 from django.db.models import Max
 
@@ -77,16 +79,97 @@ def handoff_write(
     transaction, so no deadlock), hence two writers never pick the same version number."""
     with transaction.atomic():
         list(Conversation.objects.select_for_update().filter(pk=conversation_id).values("pk"))
-        texts = {name: section_text(sections.get(name, "")) for name in SECTIONS}
-        newest = Handoff.objects.filter(conversation_id=conversation_id).aggregate(v=Max("version"))
-        return Handoff.objects.create(
+        return handoff_create(
             conversation_id=conversation_id,
-            version=(newest["v"] or 0) + 1,
             reason=reason,
+            sections=sections,
             author=author,
             run=run,
-            **texts,
         )
+
+
+def handoff_create(
+    *, conversation_id: int, reason: str, sections: dict, author=None, run: Run | None = None
+) -> Handoff:
+    """The next version, under the conversation's lock, which the caller holds."""
+    texts = {name: section_text(sections.get(name, "")) for name in SECTIONS}
+    newest = Handoff.objects.filter(conversation_id=conversation_id).aggregate(v=Max("version"))
+    return Handoff.objects.create(
+        conversation_id=conversation_id,
+        version=(newest["v"] or 0) + 1,
+        reason=reason,
+        author=author,
+        run=run,
+        **texts,
+    )
+
+
+def handoff_revise(
+    *,
+    conversation_id: int,
+    reason: str,
+    edit: Callable[[dict[str, str]], dict[str, str]],
+    author=None,
+    run: Run | None = None,
+) -> Handoff | None:
+    """A new version made by `edit` from the newest, read under the conversation's lock: what
+    anyone wrote since (a correction, a staff edit, a turn's end) is never lost. None when the
+    edit changed nothing."""
+    with transaction.atomic():
+        list(Conversation.objects.select_for_update().filter(pk=conversation_id).values("pk"))
+        latest = handoff_sections(handoff_latest(conversation_id=conversation_id))
+        sections = {name: section_text(text) for name, text in edit(dict(latest)).items()}
+        if sections == {name: section_text(text) for name, text in latest.items()}:
+            return None
+        return handoff_create(
+            conversation_id=conversation_id,
+            reason=reason,
+            sections=sections,
+            author=author,
+            run=run,
+        )
+
+
+def handoff_changes(before: HandoffNote | None, after: dict | None) -> dict | None:
+    """What a turn changed in its conversation's handoff: `after` (the task state the brain
+    reports, whole sections) against `before` (the handoff the turn began with), line by line.
+    Only these are applied at the turn's end, onto the newest version: the turn never writes
+    back lines it merely read, so what changed meanwhile stays."""
+    if not after:
+        return None
+    began = note_sections(before)
+    changes = {}
+    for name in SECTIONS:
+        if name not in after:
+            continue
+        old, new = sections_lines(began[name]), sections_lines(section_text(after[name]))
+        added = [line for line in new if line not in old]
+        removed = [line for line in old if line not in new]
+        if added or removed:
+            changes[name] = {"added": added, "removed": removed}
+    return changes or None
+
+
+def changes_apply(sections: dict[str, str], changes: dict) -> dict[str, str]:
+    """`changes` (from `handoff_changes`) onto `sections`: lines removed go, lines added come
+    first in the next steps (a new plan leads) and last elsewhere, each once."""
+    merged = dict(sections)
+    for name, change in changes.items():
+        kept = [line for line in sections_lines(sections[name]) if line not in change["removed"]]
+        added = [line for line in change["added"] if line not in kept]
+        merged[name] = "\n".join([*added, *kept] if name == "next_steps" else [*kept, *added])
+    return merged
+
+
+def note_sections(note: HandoffNote | None) -> dict[str, str]:
+    if note is None:
+        return dict.fromkeys(SECTIONS, "")
+    return {
+        "current_state": note.current_state,
+        "critical_context": "\n".join(note.critical_context),
+        "next_steps": "\n".join(note.next_steps),
+        "decisions": "\n".join(note.decisions),
+    }
 
 
 INTERRUPTED = "Interrupted while answering:"
@@ -107,37 +190,39 @@ def without_interruption(text: str) -> str:
 
 def handoff_after_interruption(*, run: Run, reason: str) -> Handoff:
     """The newest handoff plus what was in progress when the attempt stopped."""
-    sections = handoff_sections(handoff_latest(conversation_id=run.conversation_id))
     asked = clip(run.message.text)
     what = Handoff.Reason(reason).label.lower()
-    sections["current_state"] = section_text(
-        [
-            f"{INTERRUPTED} “{asked}” ({what}, attempt {run.attempt}).",
-            without_interruption(sections["current_state"]),
-        ]
-    )
-    sections["next_steps"] = section_text(
-        [f"{ANSWER_INTERRUPTED} “{asked}”", without_interruption(sections["next_steps"])]
-    )
-    return handoff_write(
-        conversation_id=run.conversation_id, reason=reason, sections=sections, run=run
-    )
+
+    def edit(sections: dict[str, str]) -> dict[str, str]:
+        sections["current_state"] = section_text(
+            [
+                f"{INTERRUPTED} “{asked}” ({what}, attempt {run.attempt}).",
+                without_interruption(sections["current_state"]),
+            ]
+        )
+        sections["next_steps"] = section_text(
+            [f"{ANSWER_INTERRUPTED} “{asked}”", without_interruption(sections["next_steps"])]
+        )
+        return sections
+
+    return handoff_revise(
+        conversation_id=run.conversation_id, reason=reason, edit=edit, run=run
+    ) or handoff_latest(conversation_id=run.conversation_id)
 
 
-def handoff_after_turn(
-    *, run: Run, task_state: dict | None, latest: Handoff | None
-) -> Handoff | None:
-    """End of a turn: a new version when the brain reports a changed task state, or when the
-    newest handoff (`latest`, read under the conversation's lock, which the caller holds)
-    still describes an interruption that this turn has now answered; nothing when the
-    sections would be the same."""
+def handoff_after_turn(*, run: Run, changes: dict | None, latest: Handoff | None) -> Handoff | None:
+    """End of a turn: a new version when the turn changed the task state (`changes`, from
+    `handoff_changes`: applied onto `latest`, the newest version, read under the
+    conversation's lock, which the caller holds), or when the newest still describes an
+    interruption that this turn has now answered; nothing when the sections would be the
+    same."""
     sections = handoff_sections(latest)
-    if task_state:
-        sections.update({name: task_state[name] for name in SECTIONS if name in task_state})
+    if changes:
+        sections = changes_apply(sections, changes)
     sections = {name: without_interruption(section_text(text)) for name, text in sections.items()}
-    if (latest is None and not task_state) or sections == handoff_sections(latest):
+    if (latest is None and not changes) or sections == handoff_sections(latest):
         return None
-    return handoff_write(
+    return handoff_create(
         conversation_id=run.conversation_id,
         reason=Handoff.Reason.END_OF_TURN,
         sections=sections,
@@ -146,29 +231,31 @@ def handoff_after_turn(
 
 
 def handoff_for_pause(*, conversation: Conversation, reason: str) -> Handoff:
-    sections = handoff_sections(handoff_latest(conversation_id=conversation.pk))
-    sections["current_state"] = section_text([f"Paused: {reason}", sections["current_state"]])
-    sections["next_steps"] = section_text(
-        ["Wait for staff to resume the conversation", sections["next_steps"]]
-    )
-    return handoff_write(
-        conversation_id=conversation.pk, reason=Handoff.Reason.PAUSE, sections=sections
-    )
+    def edit(sections: dict[str, str]) -> dict[str, str]:
+        sections["current_state"] = section_text([f"Paused: {reason}", sections["current_state"]])
+        sections["next_steps"] = section_text(
+            ["Wait for staff to resume the conversation", sections["next_steps"]]
+        )
+        return sections
+
+    return handoff_revise(
+        conversation_id=conversation.pk, reason=Handoff.Reason.PAUSE, edit=edit
+    ) or handoff_latest(conversation_id=conversation.pk)
 
 
 def handoff_for_compaction(*, conversation_id: int, summary_version: int, run: Run | None):
-    sections = handoff_sections(handoff_latest(conversation_id=conversation_id))
     note = f"Earlier turns were compacted into summary v{summary_version}."
-    state = [
-        line for line in sections["current_state"].splitlines() if "compacted into" not in line
-    ]
-    sections["current_state"] = section_text([*state, note])
-    return handoff_write(
-        conversation_id=conversation_id,
-        reason=Handoff.Reason.COMPACTION,
-        sections=sections,
-        run=run,
-    )
+
+    def edit(sections: dict[str, str]) -> dict[str, str]:
+        state = [
+            line for line in sections["current_state"].splitlines() if "compacted into" not in line
+        ]
+        sections["current_state"] = section_text([*state, note])
+        return sections
+
+    return handoff_revise(
+        conversation_id=conversation_id, reason=Handoff.Reason.COMPACTION, edit=edit, run=run
+    ) or handoff_latest(conversation_id=conversation_id)
 
 
 def handoff_note(handoff: Handoff | None) -> HandoffNote | None:
@@ -188,3 +275,22 @@ def handoff_note(handoff: Handoff | None) -> HandoffNote | None:
 def clip(text: str, limit: int = 100) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def handoff_forget_line(*, conversation_id: int, section: str, line: str, author) -> bool:
+    """The person forgets one line of their conversation's notes: a new version without it
+    ("Forgotten by the user"). False when the newest version no longer has it."""
+
+    def edit(sections: dict[str, str]) -> dict[str, str]:
+        kept = [kept for kept in sections_lines(sections[section]) if kept != line.strip()]
+        return {**sections, section: "\n".join(kept)}
+
+    return (
+        handoff_revise(
+            conversation_id=conversation_id,
+            reason=Handoff.Reason.FORGOTTEN,
+            edit=edit,
+            author=author,
+        )
+        is not None
+    )

@@ -7,12 +7,17 @@ A changed value is a new row and the old row is marked superseded, so a run's st
 
 from __future__ import annotations
 
+import re
+
 from django.contrib.auth import get_user_model
 from django.db import transaction
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.db.models.functions import Now
 
-from ..models import MemoryFact, Message
+from ..models import Handoff, MemoryFact, Message, Summary
+from .assembly import summary_latest
+from .compaction import summary_write
+from .handoffs import handoff_revise
 
 
 def memory_facts_of(owner) -> QuerySet[MemoryFact]:
@@ -65,9 +70,56 @@ def memory_fact_revise(
 
 def memory_fact_forget(*, fact: MemoryFact) -> int:
     """Forget a fact with every earlier version of it: the user asked for it to be gone, so
-    old runs' contexts show it as forgotten rather than keep a copy."""
-    deleted, _ = MemoryFact.objects.filter(owner_id=fact.owner_id, key=fact.key).delete()
+    old runs' contexts show it as forgotten rather than keep a copy. What was written from it
+    goes too: each of the person's conversations whose newest handoff or summary holds it gets a
+    new version without those lines ("Forgotten by the user"), so no later context, summary or
+    prompt has it. The messages themselves stay in the history until the person deletes them."""
+    versions = MemoryFact.objects.filter(owner_id=fact.owner_id, key=fact.key)
+    values = [value for value in versions.values_list("value", flat=True) if value.strip()]
+    deleted, _ = versions.delete()
+    traces_forget(owner_id=fact.owner_id, key=fact.key, values=values)
     return deleted
+
+
+def traces_forget(*, owner_id: int, key: str, values: list[str]) -> None:
+    said = re.compile("|".join(rf"\b{re.escape(value)}\b" for value in values), re.IGNORECASE)
+
+    def mentions(line: str) -> bool:
+        return bool(said.search(line))
+
+    def without(text: str) -> str:
+        return "\n".join(line for line in text.splitlines() if not mentions(line))
+
+    def edit(sections: dict[str, str]) -> dict[str, str]:
+        return {name: without(text) for name, text in sections.items()}
+
+    if not values:
+        return
+    held = Q()
+    for value in values:
+        held |= (
+            Q(current_state__icontains=value)
+            | Q(critical_context__icontains=value)
+            | Q(next_steps__icontains=value)
+            | Q(decisions__icontains=value)
+        )
+    noted = Handoff.objects.filter(held, conversation__owner_id=owner_id)
+    for conversation_id in set(noted.values_list("conversation_id", flat=True)):
+        handoff_revise(conversation_id=conversation_id, reason=Handoff.Reason.FORGOTTEN, edit=edit)
+    summarized = Q()
+    for value in values:
+        summarized |= Q(text__icontains=value)
+    summaries = Summary.objects.filter(summarized, conversation__owner_id=owner_id)
+    for conversation_id in set(summaries.values_list("conversation_id", flat=True)):
+        with transaction.atomic():
+            latest = summary_latest(conversation_id=conversation_id)
+            if latest is None or not mentions(latest.text):
+                continue
+            summary_write(
+                conversation_id=conversation_id,
+                covers_through_id=latest.covers_through_id,
+                text=without(latest.text) or "(Forgotten by the user.)",
+            )
 
 
 def fact_replace(*, current: MemoryFact, value: str, source_message: Message | None) -> MemoryFact:

@@ -16,7 +16,7 @@ from ..brains import RecoveryNote
 from ..errors import DATABASE_LOST
 from ..live.events import publish_message_changed
 from ..models import Alert, Handoff, Message, Recovery, Run, RunContext
-from .handoffs import handoff_latest, handoff_sections, handoff_write, section_text
+from .handoffs import handoff_latest, handoff_revise, section_text
 
 
 def recovery_kind(interrupted: Run) -> str:
@@ -79,11 +79,19 @@ def restored_of(run_context: RunContext | None) -> Restored:
     if run_context is None:
         return Restored(handoff=None, facts=0, summary_messages=0, turns=0, waiting=0)
     summary_messages = 0
-    if run_context.summary is not None:
-        summary_messages = Message.objects.filter(
-            conversation_id=run_context.summary.conversation_id,
-            pk__lte=run_context.summary.covers_through_id,
-        ).count()
+    if (summary := run_context.summary) is not None:
+        # As the person counts them: each exchange the summary covers (the shown branch's
+        # answered questions up to the one it was written through) is a question and its reply,
+        # whatever their ids (a burst's replies come after its later questions).
+        covered = Message.objects.filter(
+            conversation_id=summary.conversation_id,
+            role=Message.Role.USER,
+            state=Message.State.DONE,
+            hidden_with__isnull=True,
+            pk__lte=summary.covers_through_id,
+        )
+        replies = Message.objects.filter(reply_to__in=covered, hidden_with__isnull=True)
+        summary_messages = covered.count() + replies.count()
     return Restored(
         handoff=run_context.handoff,
         facts=len(run_context.facts),
@@ -120,17 +128,20 @@ def recovery_sentence(recovery: Recovery) -> str:
 
 
 def handoff_correct(*, conversation_id: int, text: str, author) -> Handoff:
-    """The user's correction goes into the critical context of the next run's handoff."""
-    sections = handoff_sections(handoff_latest(conversation_id=conversation_id))
-    sections["critical_context"] = section_text(
-        [sections["critical_context"], f"Correction from the user: {' '.join(text.split())}"]
-    )
-    return handoff_write(
+    """The user's correction goes into the critical context of the next run's handoff, added
+    to the newest version under the conversation's lock (a turn ending meanwhile keeps it)."""
+    line = f"Correction from the user: {' '.join(text.split())}"
+
+    def edit(sections: dict[str, str]) -> dict[str, str]:
+        sections["critical_context"] = section_text([sections["critical_context"], line])
+        return sections
+
+    return handoff_revise(
         conversation_id=conversation_id,
         reason=Handoff.Reason.USER_CORRECTION,
-        sections=sections,
+        edit=edit,
         author=author,
-    )
+    ) or handoff_latest(conversation_id=conversation_id)
 
 
 def clock(moment) -> str:

@@ -413,7 +413,7 @@ def attempt_finish(
     run: Run,
     reply_text: str,
     cut_off: bool = False,
-    task_state: dict | None = None,
+    handoff_changes: dict | None = None,
     remembered: dict[str, str] | None = None,
     follow_up: bool = True,
     begin_next: Callable[[Conversation, Message], B | None] | None = None,
@@ -442,7 +442,7 @@ def attempt_finish(
                 run=run,
                 reply_text=reply_text,
                 cut_off=cut_off,
-                task_state=task_state,
+                handoff_changes=handoff_changes,
                 remembered=remembered,
                 follow_up=follow_up,
                 begin_next=begin_next,
@@ -464,7 +464,7 @@ def reply_and_next(
     run: Run,
     reply_text: str,
     cut_off: bool,
-    task_state: dict | None,
+    handoff_changes: dict | None,
     remembered: dict[str, str] | None,
     follow_up: bool,
     begin_next: Callable[[Conversation, Message], B | None] | None,
@@ -485,7 +485,7 @@ def reply_and_next(
         memory_remember_all(
             owner_id=run.conversation.owner_id, message_id=run.message_id, facts=remembered
         )
-    handoff_after_turn(run=run, task_state=task_state, latest=handoff_of(latest_handoff))
+    handoff_after_turn(run=run, changes=handoff_changes, latest=handoff_of(latest_handoff))
     if not (next_up and more_pending):
         return Finished(more_pending=more_pending and not follow_up), None
     conversation, message, _ = next_attempt_of(

@@ -30,6 +30,7 @@ from ..context.assembly import (
     run_context_store,
 )
 from ..context.compaction import compaction_candidates, compaction_store, turns_of
+from ..context.handoffs import handoff_changes
 from ..context.recoveries import recovery_note, recovery_record
 from ..context.tokens import context_budget
 from ..errors import (
@@ -224,7 +225,7 @@ def attempt_execute(*, begun: Begun, node: str = "", turn_ends: float = 0.0) -> 
                 run=run,
                 reply_text=answer.text,
                 cut_off=answer.cut_off,
-                task_state=answer.task_state,
+                handoff_changes=answer.handoff_changes,
                 remembered=answer.remembered,
                 follow_up=time.monotonic() >= turn_ends,
             )
@@ -382,7 +383,8 @@ class Answer:
     context: Context  # as the attempt assembled it
     text: str
     cut_off: bool  # the model stopped at its length limit
-    task_state: dict | None  # the sections of the end-of-turn handoff, None when unchanged
+    # What the turn changed in the handoff it began with (`handoff_changes`), None if nothing.
+    handoff_changes: dict | None
     remembered: dict[str, str] | None  # the last step's facts; None when an earlier attempt
     # stored them
 
@@ -422,7 +424,7 @@ def steps_run(
         context=context,
         text=reply,
         cut_off=bool(replied.get("cut_off")),
-        task_state=brain.task_state(context, plan, reply),
+        handoff_changes=handoff_changes(context.handoff, brain.task_state(context, plan, reply)),
         remembered=remembered,
     )
 

@@ -8,9 +8,10 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import Page
 
+from continuity.context.handoffs import handoff_write
 from continuity.delivery.dead_letters import dead_letter_retry
 from continuity.delivery.inbox import message_accept
-from continuity.models import Alert, Conversation, CrashRecord, Message, Run
+from continuity.models import Alert, Conversation, CrashRecord, Handoff, Message, Run
 from tests.browser.helpers import accessibility_violations, log_in
 from tests.dashboard.console import dead_letter_make
 from tests.factories import ConversationFactory, UserFactory
@@ -61,8 +62,25 @@ def test_the_pages_of_a_person_chatting(page: Page, site):
     dead_letter_make(chat, "Another broken one")
     dead_letter_retry(dead_letter=dead, by=UserFactory(is_staff=True), text="Summarize")
     Conversation.objects.filter(pk=chat.pk).update(state="paused")
+    handoff_write(
+        conversation_id=chat.pk,
+        reason=Handoff.Reason.USER_CORRECTION,
+        sections={
+            "current_state": "Working on: bake bread",
+            "critical_context": "Correction from the user: the deadline is Monday",
+            "next_steps": "Buy flour",
+            "decisions": "Rye, not wheat",
+        },
+    )
     log_in(page, site, "ann")
-    for path in ["/", f"/c/{chat.pk}/", "/memory/", "/accounts/password/", "/c/999999/"]:
+    for path in [
+        "/",
+        f"/c/{chat.pk}/",
+        f"/c/{chat.pk}/notes/",
+        "/memory/",
+        "/accounts/password/",
+        "/c/999999/",
+    ]:
         assert_accessible(page, path, site)
 
 

@@ -37,7 +37,7 @@ def test_a_note_about_me_is_said_back_about_you():
 def test_what_do_you_remember_about_me_stores_no_note():
     reply, facts = answer("What do you remember about me?", facts={"name": "Ada"})
     assert facts == {}
-    assert reply.startswith("Here is what I remember")
+    assert reply == "About you (I remember it in all your conversations):\n\n- Your name is Ada."
     assert "about me" not in reply
 
 
@@ -84,3 +84,36 @@ def test_titles(text, title):
         )
         == title
     )
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["I'm Tired of this bug", "I am Sure it broke", "i'm Stuck"],
+)
+def test_a_name_is_learnt_only_when_it_is_said_to_be_one(text):
+    reply, facts = answer(text)
+    assert "name" not in facts and "Nice to meet you" not in reply
+
+
+@pytest.mark.parametrize(
+    ("text", "name"),
+    [("My name is Ada Quill", "Ada Quill"), ("call me deShawn", "DeShawn")],
+)
+def test_a_name_said_to_be_one_keeps_its_casing(text, name):
+    assert answer(text)[1] == {"name": name}
+
+
+def test_one_fact_per_statement():
+    assert answer("Remember that I like tea")[1] == {"note": "you like tea"}
+    assert answer("My name is Ada. I like tea.")[1] == {"name": "Ada", "likes": "tea"}
+
+
+def test_what_is_remembered_is_said_in_sentences():
+    known = {"likes": "Earl Grey tea", "name": "Ada", "note": "your knee hurts"}
+    reply, _ = answer("What do you remember about me?", facts=known)
+    assert reply == (
+        "About you (I remember it in all your conversations):\n\n"
+        "- You like Earl Grey tea.\n- Your name is Ada.\n"
+        "- You asked me to remember that your knee hurts."
+    )
+    assert "likes:" not in reply and "note:" not in reply

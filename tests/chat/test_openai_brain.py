@@ -120,7 +120,9 @@ def test_plan_remember_and_task_state_keep_memory_without_calling_the_model(brai
 
     plan = brain.plan(context)
 
-    assert plan == {"facts": {"name": "Ada", "goal": "learn Rust"}}
+    # The name is the person's; the goal, with its plan, the conversation's.
+    assert plan["facts"] == {"name": "Ada"} and plan["goal"] == "learn Rust"
+    assert plan["steps"][0] == "Say what “learn Rust” looks like when it is done"
     assert brain.remember(context, plan, "reply") == plan["facts"]
     state = brain.task_state(context, plan, "reply")
     assert state["current_state"] == "Working on: learn Rust"

@@ -8,7 +8,12 @@ import pytest
 from django.urls import reverse
 
 from chat.brains.builtin import BuiltinBrain
-from continuity.context.assembly import context_text, run_context_load, run_context_text
+from continuity.context.assembly import (
+    MEMORY_HEADING,
+    context_text,
+    run_context_load,
+    run_context_text,
+)
 from continuity.context.memory import memory_fact_forget, memory_fact_revise, memory_remember
 from continuity.delivery.attempts import attempt_begin, attempt_end
 from continuity.delivery.inbox import message_accept
@@ -21,8 +26,8 @@ pytestmark = pytest.mark.django_db
 
 ORDER = [
     "# Identity and rules",
-    "# Long-term memory",
-    "# Current task state",
+    "# Long-term memory (about the person, shared by all their conversations)",
+    "# Current task state (this conversation's own notes)",
     "# Summary of earlier turns",
     "# Recent turns",
     "# Arrived while the agent was busy or down",
@@ -58,9 +63,9 @@ def test_the_context_is_assembled_in_order_and_stored_by_reference(conversation,
     positions = [text.index(heading) for heading in ORDER]
     assert positions == sorted(positions)
     for expected in (
-        "- goal: learn Rust",
-        "- name: Ada",
+        "- name: Ada",  # the person's
         "Working memory (handoff v1, End of turn)",
+        "### Current State\nWorking on: learn Rust",  # the conversation's
         "### Immediate Next Steps\n1. Say what “learn Rust” looks like when it is done",
         "Last task-state checkpoint: intent learn",
         "User: Hi, my name is Ada and my goal is to learn Rust",
@@ -96,7 +101,7 @@ def test_an_old_run_renders_as_it_was_after_facts_change(conversation):
     memory_fact_forget(fact=MemoryFact.objects.current().get(owner=owner, key="name"))
     assert not MemoryFact.objects.filter(owner=owner).exists()
     assert "1 fact(s) the user has since asked to forget" in run_context_text(old)
-    memory = run_context_text(old).split("# Long-term memory")[1].split("# Current task")[0]
+    memory = run_context_text(old).split(f"# {MEMORY_HEADING}")[1].split("# Current task")[0]
     assert memory.strip() == "(nothing yet)"
 
 

@@ -53,13 +53,14 @@ def test_a_crash_then_a_resume_records_a_recovery_the_banner_and_the_reply_speak
     assert reply.endswith("Your name is **Ada**.")
 
     restored = restored_of(RunContext.objects.get(run=recovery.run))
-    assert (restored.facts, restored.turns) == (2, 2)  # name and goal; one earlier exchange
+    # The name (the goal is the conversation's, in its handoff); one earlier exchange.
+    assert (restored.facts, restored.turns) == (1, 2)
     page = Client()
     page.force_login(chat.owner)
     html = page.get(reverse("chat:conversation", args=[chat.pk])).content.decode()
     assert "The assistant restarted after a crash at" in html
-    assert "It restored your handoff from" in html and "2 remembered facts" in html
-    assert "the last 2 messages" in html
+    assert "It restored your handoff from" in html
+    assert "1 remembered fact and the last 2 messages" in html
     assert reverse("chat:recovery", args=[chat.pk, recovery.pk]) in html
 
 
@@ -81,6 +82,24 @@ def test_the_banner_counts_every_message_the_summary_covers(chat):
     page.force_login(chat.owner)
     html = page.get(reverse("chat:conversation", args=[chat.pk])).content.decode()
     assert "a summary of 2 earlier messages and the last 2 messages" in html
+
+
+def test_the_banner_counts_a_bursts_exchanges_as_the_person_sees_them(chat):
+    """Questions sent together are answered after the last of them arrived: the replies' ids
+    come after every question's, and the summary is written through a question."""
+    burst = [send(chat, text) for text in ("One more thing", "And another", "Last one")]
+    drain_conversation(conversation_id=chat.pk)
+    replies = [Message.objects.get(reply_to=question) for question in burst]
+    assert replies[0].pk > burst[-1].pk
+    Summary.objects.create(
+        conversation=chat, version=1, covers_through=burst[1], text="Ada ships a compiler."
+    )
+    message = interrupted_then_resumed(chat, "Where were we?", state="crashed", error="boom")
+
+    restored = restored_of(Recovery.objects.get(message=message).run.context)
+    # The first exchange and the burst's first two, each a question and its reply; the last
+    # exchange of the burst is among the recent turns.
+    assert (restored.summary_messages, restored.turns) == (6, 2)
 
 
 def test_a_planned_shutdown_is_told_as_a_planned_restart(chat):
