@@ -80,6 +80,7 @@ def message_edit_view(request: HttpRequest, pk: int, message_pk: int) -> HttpRes
             message=message,
             text=form.cleaned_data["text"],
             client_id=form.cleaned_data["client_id"],
+            by=request.user,
         )
     except InvalidMessage as error:
         return refused(request, message, str(error), 422)

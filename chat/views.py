@@ -6,6 +6,7 @@ import uuid
 from functools import wraps
 
 from django.conf import settings
+from django.contrib import messages
 from django.contrib.auth import login
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.forms import UserCreationForm
@@ -306,12 +307,17 @@ def message_retry_view(request: HttpRequest, pk: int, message_pk: int) -> HttpRe
     dead_letter = get_object_or_404(DeadLetter, message=message)
     try:
         dead_letter_retry(dead_letter=dead_letter, by=request.user, reason="Retried by its owner.")
-        status = 204
-    except InvalidTransition:
-        status = 409  # staff (or another tab) dealt with it first: the page shows how
+        status, said = 204, ""
+    except InvalidTransition as refused:
+        # Staff (or another tab) dealt with it first, or it failed again after the person's
+        # own retry and is left for staff: the page shows which.
+        said = str(refused).split(": ", 1)[-1]
+        status, said = 409, said[:1].upper() + said[1:]
     if not request.htmx:
+        if said:
+            messages.info(request, said)
         return redirect(conversation_url(conversation))
-    return HttpResponse(status=status)
+    return HttpResponse(said, status=status)
 
 
 def conversation_url(conversation: Conversation) -> str:

@@ -67,6 +67,9 @@ class Context:
     summary: str = ""
     pending: list[Turn] = field(default_factory=list)
     recovery: RecoveryNote | None = None
+    # How many times this text was asked before at this point of the conversation (each
+    # Regenerate asks it once more): a brain that can word its reply differently does so.
+    retelling: int = 0
 
 
 # What `Brain.respond` returns when the model stopped at its length limit (`max_tokens`): the

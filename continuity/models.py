@@ -325,6 +325,7 @@ class DeadLetter(models.Model):
         PENDING = "pending", "Waiting for staff"
         RETRIED = "retried", "Retried"
         DISCARDED = "discarded", "Discarded"
+        REPLACED = "replaced", "Replaced by the person's edit"
 
     message = models.OneToOneField(Message, on_delete=models.CASCADE, related_name="dead_letter")
     conversation = models.ForeignKey(
@@ -401,6 +402,7 @@ class StaffAction(models.Model):
         RETRY = "retry", "Retried"
         EDIT_AND_RETRY = "edit_and_retry", "Edited and retried"
         DISCARD = "discard", "Discarded"
+        REPLACED_BY_EDIT = "replaced_by_edit", "Replaced by the person's edit"
         RESUME = "resume", "Resumed the conversation"
         ACKNOWLEDGE = "acknowledge", "Acknowledged the alert"
 

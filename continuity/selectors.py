@@ -133,7 +133,9 @@ def exchanges_from(messages: QuerySet[Message]) -> list[Exchange]:
     prefetch_related_objects(
         [m for m in messages if m.state == Message.State.DEAD], "dead_letter__retried_as"
     )
-    prefetch_related_objects([m for m in messages if m.reasked_from_id], "reasked_from")
+    prefetch_related_objects(
+        [m for m in messages if m.reasked_from_id], "reasked_from__dead_letter"
+    )
     streaming = streaming_runs(m.pk for m in messages if m.state == Message.State.PROCESSING)
     # A recovery is recorded for an attempt that follows another on the same message: a
     # crashed attempt keeps its count, an interrupted one moves it to `interruptions`.

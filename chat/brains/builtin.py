@@ -24,6 +24,8 @@ GOAL = re.compile(
     r"i am trying to|help me)\s+(?P<goal>[^.!?\n]+)",
     re.IGNORECASE,
 )
+# Where a goal's sentence goes on to something else: "…the migration, and I like tea".
+ANOTHER_CLAUSE = re.compile(r",?\s+(?:and|but)\s+(?:i|i'm|my)\b", re.IGNORECASE)
 LIKE = re.compile(r"\bi (?:really )?(?:like|love|enjoy)\s+(?P<thing>[^.!?\n]+)", re.IGNORECASE)
 REMEMBER = re.compile(r"\bremember(?: that)?\s+(?P<note>[^.!?\n]+)", re.IGNORECASE)
 ASK_NAME = re.compile(r"\b(?:what(?:'s| is) my name|who am i|do you know my name)\b", re.I)
@@ -99,6 +101,29 @@ def goal_plan(goal: str) -> list[str]:
     ]
 
 
+# Regenerate asks the same message again: each version is worded differently (the n-th
+# retelling takes the n-th wording, round the list), and the same version the same way.
+RECAP_HEADINGS = ("Here is where we were", "Picking up where we left off", "To recap where we are")
+DISCUSS_SAID = ("You said: “{said}”.", "“{said}”: noted.", "I read you: “{said}”.")
+DISCUSS_GOAL = (
+    "How does it move your goal, **{goal}**, forward?",
+    "Where does that leave your goal, **{goal}**?",
+    "What does it change for **{goal}**?",
+)
+DISCUSS_NO_GOAL = (
+    "Tell me your goal and I'll help you plan it.",
+    "What goal should we work toward? I'll help you plan it.",
+    "Share a goal and we'll plan it step by step.",
+)
+VARIED_INTENTS = {"recap", "discuss"}
+# The other replies say the same facts: a retelling says so first.
+RETOLD = ("Put differently: ", "In other words: ", "Said another way: ")
+
+
+def worded(wordings: tuple[str, ...], retelling: int) -> str:
+    return wordings[retelling % len(wordings)]
+
+
 def conversation_goal(context: Context) -> str | None:
     """The goal of the conversation being answered, from its handoff."""
     note = context.handoff
@@ -158,14 +183,14 @@ class BuiltinBrain:
                 facts["name"] = " ".join(
                     word[0].upper() + word[1:] for word in match.group("name").split()
                 )
-            if (match := LIKE.search(sentence)) and not GOAL.search(sentence):
+            if match := LIKE.search(sentence):
                 facts["likes"] = clip(match.group("thing"))
         return facts
 
     def goal_in(self, text: str) -> str | None:
         """The goal this message sets for its conversation, in the person's words."""
         if (match := GOAL.search(text)) and not REMEMBER.search(text):
-            return clip(match.group("goal"))
+            return clip(ANOTHER_CLAUSE.split(match.group("goal"), maxsplit=1)[0])
         return None
 
     def asks_about_memory(self, text: str, match: re.Match) -> bool:
@@ -202,6 +227,8 @@ class BuiltinBrain:
             name=known.get("name"),
             goal=plan.get("goal") or conversation_goal(context),
         )
+        if context.retelling and plan["intent"] not in VARIED_INTENTS:
+            reply = f"{worded(RETOLD, context.retelling - 1)}{reply}"
         if context.recovery is not None:
             return f"{self.recovery_sentence(context)}\n\n{reply}"
         return reply
@@ -255,7 +282,8 @@ class BuiltinBrain:
         note = context.handoff
         if not asked and not note and not goal:
             return "This is the start of our conversation, so there is nothing to recap yet."
-        lines = [f"Here is where we were{', ' + name if name else ''}:", ""]
+        heading = worded(RECAP_HEADINGS, context.retelling)
+        lines = [f"{heading}{', ' + name if name else ''}:", ""]
         if goal:
             lines.append(f"- Your goal in this conversation: **{goal}**.")
         lines += [f"- You said: “{clip(text, 80)}”" for text in asked[-3:]]
@@ -299,10 +327,10 @@ class BuiltinBrain:
         return f"You're welcome{', ' + name if name else ''}."
 
     def reply_discuss(self, *, context: Context, goal: str | None, **_) -> str:
-        reply = f"You said: “{clip(context.text, 80)}”."
+        said = worded(DISCUSS_SAID, context.retelling).format(said=clip(context.text, 80))
         if goal:
-            return f"{reply} How does it move your goal, **{goal}**, forward?"
-        return f"{reply} Tell me your goal and I'll help you plan it."
+            return f"{said} {worded(DISCUSS_GOAL, context.retelling).format(goal=goal)}"
+        return f"{said} {worded(DISCUSS_NO_GOAL, context.retelling)}"
 
     def task_state(self, context: Context, plan: dict, reply: str) -> dict | None:
         """The conversation's working memory changes only when the message set its goal: what

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from django.conf import settings
+from django.db.models import Q
 
 from .. import sql
 from ..brains import Context, Turn
@@ -239,8 +240,20 @@ def context_of(
         summary=summary.text if summary else "",
         history=[Turn(role, text) for pair in pairs for _, role, text in pair],
         pending=[Turn(role, text) for _, role, text in pending],
+        retelling=retelling_of(message),
     )
     return refs, context
+
+
+def retelling_of(message: Message) -> int:
+    """How many earlier versions of `message` asked the same text (Regenerate); 0 for a message
+    that is no version, without a query."""
+    if not getattr(message, "version_of_id", None):
+        return 0
+    root = message.version_of_id
+    return Message.objects.filter(
+        Q(pk=root) | Q(version_of_id=root), pk__lt=message.pk, text=message.text
+    ).count()
 
 
 def refs_of(run_context: RunContext) -> ContextRefs:

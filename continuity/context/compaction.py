@@ -13,7 +13,7 @@ from django.db.models import Max
 
 from ..brains import Context, Turn
 from ..models import Conversation, Message, Run, Summary
-from .assembly import ContextRefs, turn_line
+from .assembly import ContextRefs, summary_latest, turn_line
 from .handoffs import handoff_for_compaction
 from .tokens import compaction_threshold, tokens_estimate
 
@@ -76,10 +76,21 @@ def summary_write(
 
 
 def compaction_store(
-    *, conversation_id: int, covers_through_id: int, text: str, run: Run | None
-) -> Summary:
-    """The brain's summary, and a handoff that says the history was compacted."""
+    *,
+    conversation_id: int,
+    covers_through_id: int,
+    text: str,
+    run: Run | None,
+    based_on: int | None = None,
+) -> Summary | None:
+    """The brain's summary, and a handoff that says the history was compacted; None, with
+    nothing stored, when the newest summary is no longer `based_on` (the one the brain
+    extended): staff edited it during the brain's call, and their version is not overwritten.
+    The caller holds the conversation's lock."""
     with transaction.atomic():
+        newest = summary_latest(conversation_id=conversation_id)
+        if (newest.pk if newest else None) != based_on:
+            return None
         summary = summary_write(
             conversation_id=conversation_id,
             covers_through_id=covers_through_id,

@@ -56,8 +56,14 @@ def message_too_long(*, brain_name: str, text: str) -> str:
     window = brain.context_window() if hasattr(brain, "context_window") else None
     if not window:
         return ""
-    tokens = brain.tokens_count(text) if hasattr(brain, "tokens_count") else tokens_estimate(text)
-    if tokens <= context_room(brain):
+    room, estimate = context_room(brain), tokens_estimate(text)
+    scale = brain.token_scale() if hasattr(brain, "token_scale") else 1.0
+    if estimate * scale * 2 <= room:
+        return ""  # far from it: the model server is not asked (a slow one would slow sends)
+    tokens = brain.tokens_count(text) if hasattr(brain, "tokens_count") else estimate
+    if hasattr(brain, "scale_learn") and estimate:
+        brain.scale_learn(tokens / estimate)  # the next sends' estimate is nearer
+    if tokens <= room:
         return ""
     reply = brain.reply_tokens() if hasattr(brain, "reply_tokens") else 0
     return (

@@ -230,7 +230,8 @@ def lease_and_next_statement(conversation_id: int) -> sql.Statement:
     read the index of running runs (`run_one_running_per_conversation`), not every past run."""
     return (
         "SELECT EXISTS (SELECT 1 FROM continuity_run WHERE conversation_id = %s "
-        f"AND state = '{Run.State.RUNNING}'), m.id, m.text, m.attempts, m.interruptions "
+        f"AND state = '{Run.State.RUNNING}'), m.id, m.text, m.attempts, m.interruptions, "
+        "m.version_of_id "
         "FROM (SELECT 1) AS one LEFT JOIN continuity_message AS m ON m.id = ("
         f"SELECT id FROM continuity_message WHERE {PENDING} ORDER BY id LIMIT 1)",
         [conversation_id, conversation_id],
@@ -238,7 +239,7 @@ def lease_and_next_statement(conversation_id: int) -> sql.Statement:
 
 
 def lease_and_next(found: list[tuple], *, conversation_id: int) -> tuple[bool, Message | None]:
-    ((leased, pk, text, attempts, interruptions),) = found
+    ((leased, pk, text, attempts, interruptions, version_of_id),) = found
     if pk is None:
         return bool(leased), None
     message = sql.instance(
@@ -249,6 +250,7 @@ def lease_and_next(found: list[tuple], *, conversation_id: int) -> tuple[bool, M
         text=text,
         attempts=attempts,
         interruptions=interruptions,
+        version_of_id=version_of_id,
     )
     return bool(leased), message
 

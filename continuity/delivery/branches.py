@@ -3,9 +3,11 @@ reply asks again from that point as a new version, on a new branch; the old bran
 can be shown again.
 
 The shown branch is the messages whose `hidden_with` is empty; it is one path through the
-tree, and along a path ids only grow, so "the shown branch after message M" is every shown
-message with an id from M's on. Hiding a version stamps its part of the shown branch with that
-version (`hidden_with`); showing it again clears exactly those stamps. Nothing is deleted, and
+tree, and along a path the questions' ids only grow, so "the shown branch after question M" is
+every shown question with an id from M's on, with their replies (a reply's id says only when it
+was written: after a burst of questions, the first reply comes after the last question). Hiding
+a version stamps its part of the shown branch with that version (`hidden_with`); showing it
+again clears exactly those stamps. Nothing is deleted, and
 a new version is an ordinary queued message at the end of the conversation, answered by the
 same pipeline with its own attempts and checkpoints.
 """
@@ -22,15 +24,22 @@ from ..errors import ClientIdReused, InvalidTransition
 from ..live.events import publish_branch_changed
 from ..models import Conversation, Message
 from .attempts import conversation_lock, pending_messages
+from .dead_letters import dead_letter_replace
 from .inbox import message_clean_text, message_queue, same_text_or_refuse
 
 logger = logging.getLogger(__name__)
 BUSY = "Wait until the reply is finished (or stop it) before changing the conversation."
 
 
-def message_edit(*, message: Message, text: str, client_id: uuid.UUID) -> Message:
-    """Send an edited version of `message` as a new branch from that point."""
-    return version_add(message=message, text=message_clean_text(text), client_id=client_id)
+def message_edit(*, message: Message, text: str, client_id: uuid.UUID, by=None) -> Message:
+    """Send an edited version of `message` as a new branch from that point. A message that
+    could not be processed is replaced by its edit: its dead letter is resolved so ("replaced by
+    the person's edit", in the audit log), and staff no longer re-ask it."""
+    with transaction.atomic():
+        added = version_add(message=message, text=message_clean_text(text), client_id=client_id)
+        if by is not None:
+            dead_letter_replace(message_id=message.pk, by=by, edit=added)
+    return added
 
 
 def reply_regenerate(*, message: Message, client_id: uuid.UUID) -> Message:
@@ -106,13 +115,14 @@ def version_show(*, message: Message) -> None:
 
 
 def branch_hide(*, version: Message) -> list[int]:
-    """Hide the shown branch from `version` on, stamped with it; the hidden user messages' ids.
-    Versions are bumped so that open pages replace what they show."""
-    hidden = Message.objects.filter(
-        conversation_id=version.conversation_id, hidden_with__isnull=True, id__gte=version.pk
-    )
-    changed = list(hidden.filter(role=Message.Role.USER).values_list("pk", flat=True))
-    hidden.update(hidden_with=version, version=F("version") + 1)
+    """Hide the shown branch from `version` on, stamped with it: the questions from it on, and
+    their replies; the hidden questions' ids. Versions are bumped so that open pages replace
+    what they show."""
+    questions = shown_user_messages(version.conversation_id).filter(id__gte=version.pk)
+    changed = list(questions.values_list("pk", flat=True))
+    Message.objects.filter(
+        Q(pk__in=changed) | Q(reply_to_id__in=changed), hidden_with__isnull=True
+    ).update(hidden_with=version, version=F("version") + 1)
     Conversation.objects.filter(pk=version.conversation_id).update(
         branch_changes=F("branch_changes") + 1
     )

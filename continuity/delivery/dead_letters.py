@@ -108,6 +108,17 @@ def dead_letter_retry(
     """
     dead_letter = dead_letter_lock(dead_letter.pk)
     original = dead_letter.message
+    if original.hidden_with_id is not None:
+        raise InvalidTransition(
+            f"Dead letter {dead_letter.pk}: its message is on a branch its owner no longer shows "
+            "(they edited or regenerated an earlier message): asked again, it would be answered "
+            "after messages it never saw. Discard it instead."
+        )
+    if by == dead_letter.owner and owner_retried_before(original):
+        raise InvalidTransition(
+            f"Dead letter {dead_letter.pk}: this message failed again after its owner retried "
+            "it once; it is left for staff to review."
+        )
     edited = text is not None and text.split() != original.text.split()
     new_text = message_clean_text(text) if edited else original.text
     reask = message_queue(
@@ -132,6 +143,29 @@ def dead_letter_retry(
     return reask
 
 
+def dead_letter_replace(*, message_id: int, by, edit: Message) -> None:
+    """The person edited a message that could not be processed: its edit is asked instead, and
+    its dead letter, if still waiting for staff, is resolved as replaced."""
+    replaced = DeadLetter.objects.filter(message_id=message_id, status=DeadLetter.Status.PENDING)
+    dead_letter = replaced.select_for_update().first()
+    if dead_letter is None:
+        return
+    replaced.update(status=DeadLetter.Status.REPLACED, resolved_at=timezone.now(), resolved_by=by)
+    staff_action_record(
+        kind=StaffAction.Kind.REPLACED_BY_EDIT,
+        by=by,
+        reason="The person edited the message; the edit is asked instead.",
+        dead_letter=dead_letter,
+        conversation_id=dead_letter.conversation_id,
+        details={
+            "original_text": dead_letter.message.text,
+            "text": edit.text,
+            "message_id": edit.pk,
+        },
+    )
+    logger.info("Dead letter %s replaced by its owner's edit %s", dead_letter.pk, edit.pk)
+
+
 @transaction.atomic
 def dead_letter_discard(*, dead_letter: DeadLetter, by, reason: str) -> None:
     """Close the dead letter without answering the message; the user sees it was discarded."""
@@ -150,6 +184,18 @@ def dead_letter_discard(*, dead_letter: DeadLetter, by, reason: str) -> None:
     )
     dead_letter_show_outcome(dead_letter.message)
     logger.info("Dead letter %s discarded by %s: %s", dead_letter.pk, by, reason)
+
+
+def owner_retried_before(message: Message) -> bool:
+    """Whether `message` is its owner's own re-ask of an earlier dead message: a second failure
+    is left to staff, so a message that crashes workers costs at most two rounds of attempts
+    before a person looks at it."""
+    return (
+        message.reasked_from_id is not None
+        and DeadLetter.objects.filter(
+            message_id=message.reasked_from_id, resolved_by_id=message.conversation.owner_id
+        ).exists()
+    )
 
 
 def dead_letter_show_outcome(message: Message) -> None:

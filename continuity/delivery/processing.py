@@ -446,28 +446,40 @@ def context_prepare(
 def context_assemble(*, run: Run, message: Message, brain: Brain) -> Context:
     """Assemble this attempt's context, compacting first when it passes the threshold, and
     store it by reference. Every attempt assembles its own: a newer handoff (a planned
-    shutdown's, a staff edit) may have been written since the previous one."""
-    refs, context = context_assembled(message=message, attempt=run.attempt)
-    tokens = context_tokens(context)
-    budget = context_budget(brain)
-    older = compaction_candidates(refs=refs, context=context, tokens=tokens, budget=budget)
-    summary = None
-    if older:  # outside any transaction: it may be a slow model call
-        with model_slot(brain, wait=settings.CONTINUITY_OPENAI_REQUEST_TIMEOUT):
-            summary = brain.summarize(turns_of(older), context.summary)
-    with transaction.atomic():
-        conversation_lock(run.conversation_id)
-        run_lock_owned(run)
-        if summary is not None:
-            compaction_store(
-                conversation_id=run.conversation_id,
-                covers_through_id=older[-1][0],
-                text=summary,
-                run=run,
+    shutdown's, a staff edit) may have been written since the previous one. A summary staff
+    edited during the brain's summarizing call wins: the compaction is made again from theirs,
+    once; after that the context goes as it is (a model brain refuses to send a prompt too
+    long, and the next attempt compacts)."""
+    for compacting in (True, False):
+        refs, context = context_assembled(message=message, attempt=run.attempt)
+        tokens = context_tokens(context)
+        budget = context_budget(brain)
+        older = compacting and compaction_candidates(
+            refs=refs, context=context, tokens=tokens, budget=budget
+        )
+        summary = None
+        if older:  # outside any transaction: it may be a slow model call
+            with model_slot(brain, wait=settings.CONTINUITY_OPENAI_REQUEST_TIMEOUT):
+                summary = brain.summarize(turns_of(older), context.summary)
+        with transaction.atomic():
+            conversation_lock(run.conversation_id)
+            run_lock_owned(run)
+            if summary is not None:
+                stored = compaction_store(
+                    conversation_id=run.conversation_id,
+                    covers_through_id=older[-1][0],
+                    text=summary,
+                    run=run,
+                    based_on=refs.summary_id,
+                )
+                if stored is None:
+                    continue
+                refs, context = context_assembled(message=message, attempt=run.attempt)
+                tokens = context_tokens(context)
+            return context_record(
+                run=run, message=message, refs=refs, context=context, tokens=tokens
             )
-            refs, context = context_assembled(message=message, attempt=run.attempt)
-            tokens = context_tokens(context)
-        return context_record(run=run, message=message, refs=refs, context=context, tokens=tokens)
+    raise AssertionError("unreachable: the second round never compacts")
 
 
 def context_record(

@@ -56,8 +56,11 @@ def history_prune(*, older_than_days: float | None = None) -> dict[str, int]:
     cutoff = timezone.now() - timedelta(days=days)
     waiting = DeadLetter.objects.filter(status=DeadLetter.Status.PENDING).values("message_id")
     pruned = {
+        # A run that wrote a handoff stays: it tells whether that handoff is on a hidden
+        # branch (without it, a left-behind branch's notes would come back into the context).
         "runs": Run.objects.filter(message__state__in=FINAL_STATES, ended_at__lt=cutoff)
         .exclude(message_id__in=waiting)
+        .exclude(handoffs__isnull=False)
         .delete()[1]
         .get("continuity.Run", 0),
         "crash_records": CrashRecord.objects.filter(resolved_at__lt=cutoff)

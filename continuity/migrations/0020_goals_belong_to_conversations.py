@@ -1,6 +1,6 @@
 """Goals were stored as the person's memory facts, so one conversation's goal showed in all of
-them. Each goal becomes its conversation's (the one it was stated in: "Working on: …" in a new
-version of that conversation's handoff), and copies of the person's facts ("name: …",
+them. Each goal becomes its conversation's (the one it was stated in, the newest stated there,
+superseded or not: "Working on: …" in a new version of that conversation's handoff), and copies of the person's facts ("name: …",
 "likes: …", "note: …", "goal: …") leave the conversations' newest handoffs, where a forgotten
 fact outlived its forgetting. A "Working on: …" line (and the steps and decisions naming it)
 whose goal no message of that conversation stated came from another conversation, and goes.
@@ -29,9 +29,9 @@ def goals_to_conversations(apps, schema_editor):
     MemoryFact = apps.get_model("continuity", "MemoryFact")
     Handoff = apps.get_model("continuity", "Handoff")
     Message = apps.get_model("continuity", "Message")
-    goals = {}  # conversation id -> its newest goal
-    current = MemoryFact.objects.filter(key="goal", superseded_at__isnull=True)
-    for fact in current.exclude(source_message=None).select_related("source_message"):
+    goals = {}  # conversation id -> the newest goal stated in it (a version may be superseded)
+    stated = MemoryFact.objects.filter(key="goal").exclude(source_message=None)
+    for fact in stated.select_related("source_message").order_by("created_at", "pk"):
         goals[fact.source_message.conversation_id] = fact.value
     noted = Handoff.objects.values("conversation_id").annotate(newest=Max("version"))
     conversations = set(goals) | {row["conversation_id"] for row in noted}

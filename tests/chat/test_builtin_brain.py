@@ -117,3 +117,10 @@ def test_what_is_remembered_is_said_in_sentences():
         "- You asked me to remember that your knee hurts."
     )
     assert "likes:" not in reply and "note:" not in reply
+
+
+def test_a_goal_and_a_like_in_one_sentence_are_each_kept():
+    brain = BuiltinBrain()
+    text = "Hi, my goal is to finish the migration, and I like tea."
+    assert brain.facts_in(text) == {"likes": "tea"}
+    assert brain.goal_in(text) == "finish the migration"

@@ -93,3 +93,47 @@ def test_only_the_owner_retries(client, conversation, other_user):
     assert client.post(url, headers={"HX-Request": "true"}).status_code == 401
     client.force_login(other_user)
     assert client.post(url, headers={"HX-Request": "true"}).status_code == 404
+
+
+def test_a_retry_says_who_sent_it_again(owner_client, conversation):
+    mine = dead_letter_make(conversation, "My own [[broken]] one")
+    dead_letter_retry(dead_letter=mine, by=conversation.owner, reason="Retried by its owner.")
+    html = page(owner_client, conversation)
+    assert "You sent this message again" in html and "Sent again by you" in html
+    assert "by staff" not in html.lower()
+
+
+def test_a_message_that_fails_again_after_its_owners_retry_is_left_for_staff(
+    owner_client, conversation
+):
+    from continuity.models import DeadLetter, Message
+
+    first = dead_letter_make(conversation)
+    url = reverse("chat:retry", args=[conversation.pk, first.message_id])
+    assert owner_client.post(url, headers={"HX-Request": "true"}).status_code == 204
+    reask = Message.objects.get(reasked_from=first.message_id)
+    # The re-ask crashes workers too, and is dead-lettered again.
+    again = dead_letter_make_for(reask)
+
+    html = page(owner_client, conversation)
+    assert "data-left-for-staff" in html and "it is left for staff" in html
+    refused = owner_client.post(
+        reverse("chat:retry", args=[conversation.pk, reask.pk]), headers={"HX-Request": "true"}
+    )
+    assert refused.status_code == 409
+    assert refused.content.decode().startswith("This message failed again after its owner")
+    assert not Message.objects.filter(reasked_from=reask).exists()
+    # Staff still can.
+    dead_letter_retry(dead_letter=again, by=UserFactory(is_staff=True))
+    assert DeadLetter.objects.get(pk=again.pk).status == "retried"
+
+
+def dead_letter_make_for(message):
+    """`message`, queued, dead-lettered as `dead_letter_make` does."""
+    from continuity.delivery.attempts import attempt_begin, attempt_end
+    from continuity.models import DeadLetter
+
+    run = attempt_begin(conversation_id=message.conversation_id)
+    assert run.message_id == message.pk
+    attempt_end(run_id=run.pk, state="failed", error="ValueError: again", permanent=True)
+    return DeadLetter.objects.get(message=message)

@@ -11,10 +11,11 @@ from continuity.context.assembly import context_gather, summary_latest
 from continuity.context.compaction import summary_write
 from continuity.context.handoffs import handoff_latest, handoff_write
 from continuity.delivery.branches import message_edit, reply_regenerate, version_show
+from continuity.delivery.dead_letters import dead_letter_retry
 from continuity.errors import ClientIdReused, InvalidMessage, InvalidTransition
 from continuity.models import Conversation, Handoff, Message, Run
 from continuity.selectors import exchanges_of, exchanges_page
-from tests.factories import ConversationFactory, MessageFactory
+from tests.factories import ConversationFactory, MessageFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -211,3 +212,79 @@ def test_the_page_loads_the_newest_exchanges_and_older_ones_on_request():
     assert oldest.older_than is None
     since = exchanges_page(chat, since=questions[10].pk)
     assert since.exchanges[0].message == questions[10] and since.older_than == questions[10].pk
+
+
+def test_regenerating_after_a_burst_hides_only_that_question_and_its_reply():
+    """Two questions sent together: the first one's reply is written after the second
+    question, so its id is higher. Hiding follows questions and their replies, not ids."""
+    chat = ConversationFactory()
+    first = MessageFactory(conversation=chat, text="first", state=Message.State.DONE)
+    second = MessageFactory(conversation=chat, text="second", state=Message.State.DONE)
+    first_reply = Message.objects.create(
+        conversation=chat, role="assistant", text="One.", state="done", reply_to=first
+    )
+    second_reply = Message.objects.create(
+        conversation=chat, role="assistant", text="Two.", state="done", reply_to=second
+    )
+
+    reply_regenerate(message=second, client_id=uuid.uuid4())
+
+    shown = Message.objects.filter(conversation=chat, hidden_with__isnull=True)
+    assert first_reply in shown and first in shown
+    assert second not in shown and second_reply not in shown
+
+
+def test_editing_a_message_that_could_not_be_processed_replaces_its_dead_letter(chat):
+    from continuity.models import DeadLetter, StaffAction
+    from tests.dashboard.console import dead_letter_make
+
+    dead_letter = dead_letter_make(chat, "Summarize [[broken]]")
+    owner = chat.owner
+
+    edit = message_edit(
+        message=dead_letter.message, text="Summarize it", client_id=uuid.uuid4(), by=owner
+    )
+
+    dead_letter.refresh_from_db()
+    assert (dead_letter.status, dead_letter.resolved_by) == ("replaced", owner)
+    action = StaffAction.objects.get(dead_letter=dead_letter)
+    assert (action.kind, action.actor, action.details["message_id"]) == (
+        "replaced_by_edit",
+        owner,
+        edit.pk,
+    )
+    with pytest.raises(InvalidTransition, match="already replaced by the person's edit"):
+        dead_letter_retry(dead_letter=dead_letter, by=UserFactory(is_staff=True))
+    assert DeadLetter.objects.filter(status="pending").count() == 0
+
+
+def test_staff_cannot_reask_a_message_left_on_a_hidden_branch(chat):
+    from tests.dashboard.console import dead_letter_make
+
+    dead_letter = dead_letter_make(chat, "Summarize [[broken]]")
+    earlier = chat.messages.get(text="two")
+    message_edit(message=earlier, text="two, again", client_id=uuid.uuid4())
+
+    with pytest.raises(InvalidTransition, match="on a branch its owner no longer shows"):
+        dead_letter_retry(dead_letter=dead_letter, by=UserFactory(is_staff=True))
+    assert not Message.objects.filter(reasked_from=dead_letter.message).exists()
+
+
+@pytest.mark.parametrize(
+    "text", ["The oven is preheating", "Where were we?", "My name is Ada", "What's my name?"]
+)
+def test_each_regenerated_reply_is_worded_differently(text):
+    from continuity.delivery.inbox import message_accept
+    from continuity.delivery.processing import drain_conversation
+
+    chat = ConversationFactory()
+    message_accept(conversation=chat, text="My goal is to bake bread", client_id=uuid.uuid4())
+    asked = message_accept(conversation=chat, text=text, client_id=uuid.uuid4())
+    drain_conversation(conversation_id=chat.pk)
+    replies = [Message.objects.get(reply_to=asked).text]
+    for _ in range(2):
+        asked = reply_regenerate(message=asked, client_id=uuid.uuid4())
+        drain_conversation(conversation_id=chat.pk)
+        replies.append(Message.objects.get(reply_to=asked).text)
+
+    assert len(set(replies)) == 3, replies

@@ -227,3 +227,35 @@ def test_a_user_with_compacted_conversations_can_still_be_deleted(conversation, 
         answer(conversation, f"Filler message number {number}, nothing to keep.")
     conversation.owner.delete()
     assert not Summary.objects.exists() and not Message.objects.exists()
+
+
+def test_a_summary_staff_edit_during_a_compaction_is_kept(conversation, small_budget, monkeypatch):
+    from chat.brains.builtin import BuiltinBrain
+    from continuity.context.assembly import summary_latest
+    from continuity.context.compaction import summary_revise
+
+    staff = UserFactory(is_staff=True)
+    staff_line = "- The spare key moved to the shed."
+    summarize = BuiltinBrain.summarize
+    edits = []
+
+    def staff_edits_meanwhile(self, turns, previous_summary):
+        written = summarize(self, turns, previous_summary)
+        newest = summary_latest(conversation_id=conversation.pk)
+        if newest is not None and not edits:  # a second compaction: staff edit during it
+            edits.append(summary_revise(summary=newest, text=staff_line, author=staff))
+        return written
+
+    monkeypatch.setattr(BuiltinBrain, "summarize", staff_edits_meanwhile)
+    for number in range(1, 200):
+        answer(conversation, f"Filler message number {number}, nothing to keep.")
+        if edits and Summary.objects.filter(conversation=conversation, author=None).count() > 1:
+            break
+    else:
+        pytest.fail("no second compaction within 199 turns")
+
+    (edited,) = edits
+    newest = summary_latest(conversation_id=conversation.pk)
+    assert newest.version > edited.version and newest.author is None
+    assert staff_line in newest.text  # the compaction was made again, from staff's version
+    assert Summary.objects.filter(pk=edited.pk, text=staff_line).exists()

@@ -4,12 +4,15 @@ the migration, filled through the models as they were then, and migrated forward
 from __future__ import annotations
 
 import uuid
+from contextlib import contextmanager
 
 import pytest
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
+from django.utils import timezone
 
 from continuity.models import Handoff, MemoryFact
+from continuity.models import Message as LiveMessage
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -24,24 +27,37 @@ def migrated_to(target: tuple[str, str]):
     return executor.loader.project_state([target]).apps
 
 
+@contextmanager
+def migrated_back_to(target: tuple[str, str]):
+    """The database migrated back to `target` (its app registry given) and, after, forward to
+    the latest migrations again."""
+    try:
+        yield migrated_to(target)
+    finally:
+        executor = MigrationExecutor(connection)
+        executor.migrate(executor.loader.graph.leaf_nodes())
+
+
 @pytest.fixture
-def before_scopes():
-    apps = migrated_to(BEFORE_SCOPES)
-    yield apps
-    executor = MigrationExecutor(connection)
-    executor.migrate(executor.loader.graph.leaf_nodes())
+def migrated_back(request):
+    """The app registry as of the migration the test names (indirect parametrization)."""
+    with migrated_back_to(request.param) as apps:
+        yield apps
 
 
-def test_goal_facts_become_the_goal_of_the_conversation_they_were_stated_in(before_scopes):
-    apps = before_scopes
+@pytest.mark.parametrize("migrated_back", [BEFORE_SCOPES], indirect=True)
+def test_goal_facts_become_the_goal_of_the_conversation_they_were_stated_in(migrated_back):
+    apps = migrated_back
     user = apps.get_model("auth", "User").objects.create(username="ada")
     conversation_of = apps.get_model("continuity", "Conversation").objects.create
     bread, spanish, fresh = (conversation_of(owner=user, client_id=uuid.uuid4()) for _ in "abc")
     message = apps.get_model("continuity", "Message").objects.create
-    message(conversation=bread, role="user", text="My goal is to bake sourdough bread")
+    baking = message(conversation=bread, role="user", text="My goal is to bake sourdough bread")
     said = message(conversation=spanish, role="user", text="My goal is to learn Spanish")
     fact = apps.get_model("continuity", "MemoryFact").objects.create
-    fact(owner=user, key="goal", value="bake sourdough bread").delete()  # an old version
+    # The person's one goal, in versions: the bread conversation's was superseded by Spanish.
+    fact(owner=user, key="goal", value="bake sourdough bread", source_message=baking)
+    apps.get_model("continuity", "MemoryFact").objects.update(superseded_at=timezone.now())
     fact(owner=user, key="goal", value="learn Spanish", source_message=said)
     fact(owner=user, key="name", value="Ada", source_message=said)
     handoff = apps.get_model("continuity", "Handoff").objects.create
@@ -72,10 +88,43 @@ def test_goal_facts_become_the_goal_of_the_conversation_they_were_stated_in(befo
     }
     moved = newest[bread.pk]
     assert (moved.version, moved.reason) == (2, "scopes_split")
-    assert (moved.current_state, moved.critical_context) == ("", "The oven runs 10 degrees hot")
+    assert moved.current_state == "Working on: bake sourdough bread"
+    assert moved.critical_context == "The oven runs 10 degrees hot"
     assert (moved.next_steps, moved.decisions) == ("Buy flour", "")
     spanish_notes = newest[spanish.pk]
     assert (spanish_notes.version, spanish_notes.current_state) == (2, "Working on: learn Spanish")
     assert spanish_notes.critical_context == ""
     assert not Handoff.objects.filter(conversation_id=fresh.pk).exists()
     assert list(MemoryFact.objects.values_list("key", "value")) == [("name", "Ada")]
+
+
+BEFORE_REPLIES = ("continuity", "0021_dead_letters_replaced_by_edits")
+REPLIES = ("continuity", "0022_replies_follow_their_questions")
+
+
+@pytest.mark.parametrize("migrated_back", [BEFORE_REPLIES], indirect=True)
+def test_replies_hidden_with_a_later_question_are_shown_again(migrated_back):
+    apps = migrated_back
+    user = apps.get_model("auth", "User").objects.create(username="bea")
+    chat = apps.get_model("continuity", "Conversation").objects.create(
+        owner=user, client_id=uuid.uuid4()
+    )
+    message = apps.get_model("continuity", "Message").objects.create
+    first = message(conversation=chat, role="user", text="first", state="done")
+    second = message(conversation=chat, role="user", text="second", state="done")
+    # As the old code left them after "second" was regenerated: hidden from its id on.
+    first_reply = message(
+        conversation=chat, role="assistant", text="One.", reply_to=first, hidden_with=second
+    )
+    Message = apps.get_model("continuity", "Message")
+    Message.objects.filter(pk=second.pk).update(hidden_with=second)
+    second_reply = message(
+        conversation=chat, role="assistant", text="Two.", reply_to=second, hidden_with=second
+    )
+
+    migrated_to(REPLIES)
+
+    shown = set(LiveMessage.objects.filter(hidden_with__isnull=True).values_list("pk", flat=True))
+    assert shown == {first.pk, first_reply.pk}
+    assert LiveMessage.objects.get(pk=first_reply.pk).version == 2
+    assert LiveMessage.objects.get(pk=second_reply.pk).hidden_with_id == second.pk

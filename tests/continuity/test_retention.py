@@ -104,3 +104,26 @@ def test_old_history_is_pruned_but_dead_letters_waiting_for_staff_are_kept(conve
     assert not Worker.objects.filter(pk=worker.pk).exists()
     assert not Session.objects.filter(session_key=expired.session_key).exists()
     assert Message.objects.filter(pk=old.pk, state="done").exists()  # the history, not the chat
+
+
+def test_retention_never_brings_a_hidden_branchs_handoff_back(conversation):
+    from continuity.context.handoffs import handoff_latest
+    from continuity.delivery.branches import message_edit
+    from continuity.delivery.retention import history_prune
+    from continuity.models import Run
+
+    answered(conversation)
+    goal = message_accept(
+        conversation=conversation, text="My goal is to bake bread", client_id=uuid.uuid4()
+    )
+    drain_conversation(conversation_id=conversation.pk)
+    left_behind = handoff_latest(conversation_id=conversation.pk)
+    assert "bake bread" in left_behind.current_state and left_behind.run is not None
+    message_edit(message=goal, text="My goal is to learn rye", client_id=uuid.uuid4())
+    assert handoff_latest(conversation_id=conversation.pk) != left_behind
+    Run.objects.update(ended_at=timezone.now() - timedelta(days=400))
+
+    history_prune(older_than_days=30)
+
+    assert Run.objects.filter(pk=left_behind.run_id).exists()  # it wrote a handoff
+    assert handoff_latest(conversation_id=conversation.pk) != left_behind
