@@ -470,7 +470,7 @@ class OpenAIBrain:
         with self.errors_explained(
             timeout=f"did not answer within {waited:g} s", prompt_tokens=estimated
         ):
-            self.client.with_options(max_retries=0).chat.completions.create(
+            self.client.chat.completions.create(
                 model=self.model, messages=messages, max_tokens=1, temperature=0
             )
 

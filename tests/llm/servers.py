@@ -123,6 +123,7 @@ def proxy_handler(proxy: RecordingProxy) -> type[BaseHTTPRequestHandler]:
                 self.send_response(upstream.status_code)
                 self.send_header("Content-Type", upstream.headers.get("content-type", ""))
                 self.send_header("Transfer-Encoding", "chunked")
+                self.send_header("Connection", "close")  # one request per connection
                 self.end_headers()
                 try:
                     for part in upstream.iter_raw():
