@@ -6,6 +6,8 @@ Content-Security-Policy forbids those."""
 
 from __future__ import annotations
 
+import re
+
 import nh3
 from markdown_it import MarkdownIt
 from markdown_it.common.utils import escapeHtml
@@ -66,3 +68,18 @@ def markdown_to_safe_html(text: str) -> str:
         url_schemes=ALLOWED_URL_SCHEMES,
         link_rel="noopener noreferrer nofollow",
     )
+
+
+def markdown_closed(text: str) -> str:
+    """A reply cut short mid-Markdown (stopped, or at the length limit), closed as it was
+    opening: an open code fence, inline code or bold would otherwise show its raw marks, or
+    swallow the rest of the page's formatting."""
+    closed = text.rstrip()
+    if closed.count("```") % 2:
+        return f"{closed}\n```"
+    prose = re.sub(r"```.*?```", "", closed, flags=re.DOTALL)
+    if prose.count("`") % 2:
+        return f"{closed}`"
+    if re.sub(r"`[^`]*`", "", prose).count("**") % 2:
+        return f"{closed}**"
+    return closed

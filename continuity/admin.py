@@ -335,6 +335,7 @@ class RunInline(ReadOnlyInline):
 class HandoffInline(admin.TabularInline):
     """The conversation's handoff history, newest first; versions are never edited in place."""
 
+    template = ReadOnlyInline.template
     model = Handoff
     verbose_name_plural = "handoffs (the newest 50 versions)"
     fields = ["version", "reason", "author", "run", "created_at", "next_step"]
@@ -370,8 +371,8 @@ class ConversationAdmin(admin.ModelAdmin):
 
     # Lifecycle fields change only through services (the resume action), never by hand.
     readonly_fields = [
-        "state", "paused_reason", "retry_at", "client_id", "enqueued_at", "created_at",
-        "updated_at", "branch_changes", "history", "context_tools",
+        "state", "paused_reason", "retry_at", "client_id", "enqueued_at", "archived_at",
+        "created_at", "updated_at", "branch_changes", "history", "context_tools",
     ]  # fmt: skip
     inlines = [MessageInline, RunInline, HandoffInline]
     actions = ["resume"]
@@ -761,6 +762,9 @@ class AlertAdmin(ChangedByActionsAdmin):
 @admin.register(Worker)
 class WorkerAdmin(admin.ModelAdmin):
     list_display = ["name", "hostname", "pid", "started_at", "last_seen_at", "stopped_at"]
+
+    def has_add_permission(self, request):
+        return False  # a worker registers itself when it starts
 
 
 @admin.register(MemoryFact)

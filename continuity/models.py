@@ -686,6 +686,7 @@ class Recovery(models.Model):
 
     class Meta:
         ordering = ["id"]
+        verbose_name_plural = "recoveries"
 
     def __str__(self) -> str:
         return f"Recovery of message {self.message_id} after {self.get_kind_display()}"

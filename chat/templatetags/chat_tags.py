@@ -9,7 +9,7 @@ from django.utils.dateformat import format as date_format
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 
-from chat.rendering import markdown_to_safe_html
+from chat.rendering import markdown_closed, markdown_to_safe_html
 from continuity.delivery.alerts import alerts_reach_someone
 
 register = template.Library()
@@ -18,6 +18,12 @@ register = template.Library()
 @register.filter
 def markdown(text: str) -> SafeString:
     return mark_safe(markdown_to_safe_html(text))  # noqa: S308  (sanitized by nh3)
+
+
+@register.filter
+def unfinished_markdown(text: str) -> SafeString:
+    """A reply cut short, its open Markdown closed (`markdown_closed`), as HTML."""
+    return markdown(markdown_closed(text))
 
 
 @register.simple_tag

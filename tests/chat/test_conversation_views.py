@@ -232,3 +232,29 @@ def test_with_one_assistant_there_is_nothing_to_pick(chat, settings):
         'name="brain"'
         not in client.get(reverse("chat:conversation", args=[chat.pk])).content.decode()
     )
+
+
+def test_a_stopped_reply_is_closed_as_markdown_and_marked_in_export(chat):
+    question = Message.objects.get(conversation=chat, role="user")
+    Message.objects.filter(pk=question.pk).update(state="done")
+    Message.objects.create(
+        conversation=chat,
+        role="assistant",
+        text="First, **ship the",
+        state="done",
+        reply_to=question,
+        stopped=True,
+    )
+    client = client_for("owner", chat)
+
+    page = client.get(reverse("chat:conversation", args=[chat.pk])).content.decode()
+    assert "<strong>ship the</strong>" in page and "**ship" not in page
+    markdown = client.get(reverse("chat:export_md", args=[chat.pk])).content.decode()
+    assert "First, **ship the**\n\n*(Stopped: this reply was cut short at your request.)*" in (
+        markdown
+    )
+    exported = json.loads(client.get(reverse("chat:export_json", args=[chat.pk])).content)
+    assert [(m["role"], m["stopped"]) for m in exported["messages"]] == [
+        ("user", False),
+        ("assistant", True),
+    ]

@@ -111,3 +111,19 @@ def test_a_reply_image_becomes_a_link_with_its_alt_text():
         '<p><a href="http://evil.example/pixel.png" rel="noopener noreferrer nofollow">'
         "a pixel</a></p>"
     )
+
+
+@pytest.mark.parametrize(
+    ("cut_short", "closed"),
+    [
+        ("Here is **bold te", "Here is **bold te**"),
+        ("Run `make te", "Run `make te`"),
+        ("Code:\n```python\ndef add(a, b):", "Code:\n```python\ndef add(a, b):\n```"),
+        ("Done: **a** and `b` ", "Done: **a** and `b`"),
+        ("Use `**` for bold", "Use `**` for bold"),
+    ],
+)
+def test_markdown_cut_short_is_closed_as_it_was_opening(cut_short, closed):
+    from chat.rendering import markdown_closed
+
+    assert markdown_closed(cut_short) == closed
