@@ -33,6 +33,7 @@ from continuity.selectors import (
 
 from .exports import export_json, export_markdown
 from .forms import BrainForm
+from .rendering import markdown_plain
 from .views import login_required_or_401, own_conversation
 
 PAGE_SIZE = 50
@@ -98,7 +99,8 @@ def conversation_delete_view(request: HttpRequest, pk: int) -> HttpResponse:
     """GET asks for confirmation; POST deletes."""
     conversation = own_conversation(request, pk)
     if request.method == "GET":
-        count = conversation.messages.count()
+        # As the person sees them: the shown branch, not the versions they left behind.
+        count = conversation.messages.filter(hidden_with__isnull=True).count()
         return render(
             request, "chat/delete.html", {"conversation": conversation, "message_count": count}
         )
@@ -109,9 +111,10 @@ def conversation_delete_view(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 def highlighted(snippet: str) -> str:
-    """The search snippet as HTML: the text escaped, the found words marked."""
+    """The search snippet as HTML: its Markdown as the words a reader sees, escaped, the found
+    words marked."""
     return mark_safe(  # noqa: S308 - escaped first; only our own <mark> tags are added
-        escape(snippet).replace(MARK_START, "<mark>").replace(MARK_END, "</mark>")
+        escape(markdown_plain(snippet)).replace(MARK_START, "<mark>").replace(MARK_END, "</mark>")
     )
 
 

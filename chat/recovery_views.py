@@ -13,7 +13,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
 from continuity.context.assembly import context_text, run_context_load
-from continuity.context.recoveries import handoff_correct, recovery_sentence
+from continuity.context.recoveries import handoff_correct, recovery_words
 from continuity.models import Recovery, RunContext
 
 from .rendering import markdown_to_safe_html
@@ -43,7 +43,7 @@ def recovery_page(request: HttpRequest, recovery: Recovery, form: CorrectionForm
         PAGE,
         {
             "recovery": recovery,
-            "sentence": recovery_sentence(recovery),
+            "words": recovery_words(recovery),
             # Sanitized by nh3 (see chat.rendering), so safe to insert as HTML.
             "given_html": mark_safe(markdown_to_safe_html(given)),  # noqa: S308
             "form": form,

@@ -83,3 +83,18 @@ def markdown_closed(text: str) -> str:
     if re.sub(r"`[^`]*`", "", prose).count("**") % 2:
         return f"{closed}**"
     return closed
+
+
+MARKDOWN_MARKS = [
+    (re.compile(r"\[([^\]]*)\]\([^)]*\)"), r"\1"),  # a link: its text
+    (re.compile(r"^\s{0,3}(?:#{1,6}|>|[-*+]|\d+\.)\s+", re.MULTILINE), ""),  # line marks
+    (re.compile(r"```\w*|`|\*\*|__|~~"), ""),  # code, bold, strikethrough
+    (re.compile(r"(?<![\w*])\*(?=\S)|(?<=\S)\*(?![\w*])"), ""),  # emphasis
+]
+
+
+def markdown_plain(text: str) -> str:
+    """Markdown as the words a reader sees, on one line: for search results."""
+    for pattern, replacement in MARKDOWN_MARKS:
+        text = pattern.sub(replacement, text)
+    return " ".join(text.split())

@@ -20,7 +20,7 @@ from django.db.models import (
 )
 from django.db.models.functions import Now
 
-from .context.recoveries import recovery_sentence
+from .context.recoveries import RecoveryWords, recovery_words
 from .models import Conversation, Message, Recovery, ReplyChunk, Run
 
 
@@ -65,7 +65,7 @@ class RecoveryBanner:
     """A restart banner, shown with the exchange whose answer was interrupted and resumed."""
 
     pk: int
-    sentence: str
+    words: RecoveryWords
 
 
 def conversations_of(owner) -> QuerySet[Conversation]:
@@ -192,7 +192,7 @@ def recovery_banners(message_ids: list[int]) -> dict[int, tuple[RecoveryBanner, 
         return {}
     found: dict[int, tuple[RecoveryBanner, ...]] = {}
     for recovery in Recovery.objects.filter(message_id__in=message_ids).order_by("id"):
-        banner = RecoveryBanner(pk=recovery.pk, sentence=recovery_sentence(recovery))
+        banner = RecoveryBanner(pk=recovery.pk, words=recovery_words(recovery))
         found[recovery.message_id] = (*found.get(recovery.message_id, ()), banner)
     return found
 
@@ -305,7 +305,7 @@ def substring_hits(messages: QuerySet[Message], query: str) -> list[SearchHit]:
             m.conversation_id,
             SearchHit(
                 conversation=m.conversation,
-                snippet=m.text[:200],
+                snippet=snippet_around(m.text, query),
                 message_id=m.reply_to_id or m.pk,
             ),
         )
@@ -337,6 +337,38 @@ def full_text_hits(messages: QuerySet[Message], query: str) -> list[SearchHit]:
         key=lambda m: (-m.rank, -m.pk),
     )
     return [
-        SearchHit(conversation=m.conversation, snippet=m.snippet, message_id=m.reply_to_id or m.pk)
+        SearchHit(
+            conversation=m.conversation,
+            snippet=ellipsized(m.snippet, m.text),
+            message_id=m.reply_to_id or m.pk,
+        )
         for m in rows
     ]
+
+
+# How much of a message a search result shows around what it found, in characters.
+SNIPPET_BEFORE, SNIPPET_AFTER = 60, 140
+
+
+def snippet_around(text: str, query: str) -> str:
+    """The words around the first place `text` has `query` (any case), the match marked, cut at
+    word boundaries, with "…" where the text goes on."""
+    at = text.lower().find(query.lower())
+    if at < 0:
+        return ellipsized(text[: SNIPPET_BEFORE + SNIPPET_AFTER], text)
+    start, end = max(at - SNIPPET_BEFORE, 0), min(at + len(query) + SNIPPET_AFTER, len(text))
+    if start > 0 and (space := text.find(" ", start, at)) >= 0:
+        start = space + 1
+    if end < len(text) and (space := text.rfind(" ", at + len(query), end)) >= 0:
+        end = space
+    found = text[at : at + len(query)]
+    window = f"{text[start:at]}{MARK_START}{found}{MARK_END}{text[at + len(query) : end]}"
+    return f"{'…' if start > 0 else ''}{window.strip()}{'…' if end < len(text) else ''}"
+
+
+def ellipsized(snippet: str, text: str) -> str:
+    """`snippet`, a part of `text` (marks aside), with "…" where the text goes on past it."""
+    bare = snippet.replace(MARK_START, "").replace(MARK_END, "").strip()
+    head = "" if text.lstrip().startswith(bare[:20]) else "…"
+    tail = "" if text.rstrip().endswith(bare[-20:]) else "…"
+    return f"{head}{snippet.strip()}{tail}"

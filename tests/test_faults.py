@@ -344,9 +344,8 @@ def test_sigterm_mid_conversation_leaves_a_handoff_that_the_next_run_is_given(pr
         resumed.pk,
         run.pk,
     )
-    assert recovery_sentence(recovery).startswith(
-        "The assistant restarted after a planned restart at"
-    )
+    assert recovery_sentence(recovery).startswith("I was interrupted at ")
+    assert "(a planned restart) and picked up" in recovery_sentence(recovery)
     assert Message.objects.get(reply_to=message).text.startswith(
         "(I restarted after a planned restart and restored my notes on where we were"
     )

@@ -102,28 +102,72 @@ def restored_of(run_context: RunContext | None) -> Restored:
 
 
 def restored_items(restored: Restored) -> list[str]:
+    """What the resuming attempt was given, in words a person uses (no handoffs, facts or
+    checkpoints): the assistant's notes on this conversation, what it remembers about them, a
+    summary, the last messages."""
     items = []
     if restored.handoff is not None:
-        items.append(f"your handoff from {clock(restored.handoff.created_at)}")
-    items.append(plural(restored.facts, "remembered fact"))
+        items.append("my notes on this conversation")
+    if restored.facts:
+        things = "thing" if restored.facts == 1 else "things"
+        items.append(f"{restored.facts} {things} I remember about you")
     if restored.summary_messages:
         items.append(f"a summary of {plural(restored.summary_messages, 'earlier message')}")
-    items.append(f"the last {plural(restored.turns, 'message')}")
+    if restored.turns:
+        items.append(f"our last {plural(restored.turns, 'message')}")
     if restored.waiting:
         items.append(f"{plural(restored.waiting, 'message')} that waited")
     return items
 
 
-def recovery_sentence(recovery: Recovery) -> str:
-    """ "The assistant restarted after a crash at 21:14 (down 12 s). It restored your handoff
-    from 21:13, 3 remembered facts, a summary of 40 earlier messages and the last 20 messages."""
+# What happened, as accurately as the engine knows it.
+WHAT_HAPPENED = {
+    Recovery.Kind.CRASH: "a worker process stopped",
+    Recovery.Kind.PLANNED_SHUTDOWN: "a planned restart",
+    Recovery.Kind.DATABASE_OUTAGE: "the database was unavailable",
+    Recovery.Kind.PAUSE: "repeated crashes paused this conversation until staff resumed it",
+}
+
+
+@dataclass(frozen=True)
+class RecoveryWords:
+    """A restart banner's parts: "I was interrupted at <when> (<what>) and picked up <after>
+    later from <restored>." The time is shown in the reader's own time zone by the page."""
+
+    interrupted_at: object  # a datetime
+    what: str
+    after: str
+    restored: str
+
+
+def recovery_words(recovery: Recovery) -> RecoveryWords:
     run_context = RunContext.objects.filter(run_id=recovery.run_id).first()
     items = restored_items(restored_of(run_context))
-    listed = items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+    listed = (
+        ""
+        if not items
+        else items[0]
+        if len(items) == 1
+        else ", ".join(items[:-1]) + " and " + items[-1]
+    )
+    return RecoveryWords(
+        interrupted_at=recovery.interrupted_at,
+        what=WHAT_HAPPENED.get(recovery.kind, recovery.get_kind_display()),
+        after=duration(recovery.down_seconds),
+        restored=listed,
+    )
+
+
+def recovery_sentence(recovery: Recovery) -> str:
+    """The banner as plain text, with the time in the server's zone (the page shows the
+    reader's): "I was interrupted at 21:14 UTC (a worker process stopped) and picked up 12 s
+    later from my notes on this conversation, 3 things I remember about you and our last 20
+    messages." """
+    words = recovery_words(recovery)
+    restored = f" from {words.restored}" if words.restored else ""
     return (
-        f"The assistant restarted after {recovery.get_kind_display()} at "
-        f"{clock(recovery.interrupted_at)} (down {duration(recovery.down_seconds)}). "
-        f"It restored {listed}."
+        f"I was interrupted at {clock(words.interrupted_at)} ({words.what}) and picked up "
+        f"{words.after} later{restored}."
     )
 
 

@@ -510,6 +510,11 @@
   }
 
   document.addEventListener("keydown", (event) => {
+    if (event.key === "Escape" && sidebar()?.classList.contains("open")) {
+      event.preventDefault(); // Esc closes the drawer, and focus goes back to its toggle
+      setDrawer(false);
+      return;
+    }
     if (shortcut(event)) return;
     if (event.key === " " && event.target.matches?.("[data-drawer-open]")) {
       event.preventDefault(); // a link that acts as a button answers Space too

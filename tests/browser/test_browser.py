@@ -134,7 +134,8 @@ def test_a_crash_and_a_web_restart_mid_reply_leave_one_clean_reply_and_a_banner(
     exchange = page.locator(f"#exchange-{message.pk}")
     banner = exchange.locator("[data-recovery]")
     # The banner appears live, at this point of the conversation, once the retry resumes.
-    expect(banner).to_contain_text("The assistant restarted after a crash at")
+    expect(banner).to_contain_text("I was interrupted at")
+    expect(banner).to_contain_text("(a worker process stopped) and picked up")
     expect(page.locator(f'[data-streaming][data-run="{retry.pk}"]')).to_be_visible()
     web.kill_all()  # the web tier dies mid-reply and comes back on the same address
     message.refresh_from_db()
@@ -160,14 +161,15 @@ def test_a_crash_and_a_web_restart_mid_reply_leave_one_clean_reply_and_a_banner(
             assert of_this_message[run].startswith(streamed), (run, streamed)
 
     restored = restored_of(RunContext.objects.get(run=retry))
-    expect(banner).to_contain_text(f"{restored.facts} remembered fact")
-    expect(banner).to_contain_text(f"the last {restored.turns} messages")
-    expect(banner).to_contain_text("your handoff from")
+    expect(banner).to_contain_text(f"{restored.facts} thing")
+    expect(banner).to_contain_text(f"our last {restored.turns} messages")
+    expect(banner).to_contain_text("from my notes on this conversation")
+    expect(banner).not_to_contain_text("handoff")
     page.screenshot(path=ARTIFACTS / "restart-banner.png", full_page=True)
 
     page.reload()
     expect(page.locator(f"#exchange-{message.pk} [data-recovery]")).to_contain_text(
-        "The assistant restarted after a crash at"
+        "I was interrupted at"
     )
     page.get_by_role("link", name="Show what was recovered").click()
     given = page.locator("[data-recovered-context]")

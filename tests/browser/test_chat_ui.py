@@ -272,6 +272,9 @@ def test_at_390_px_the_conversations_drawer_opens_from_the_header(browser: Brows
             expect(opener).to_be_focused()
             page.keyboard.press("Control+k")  # search opens the drawer on a small screen
             expect(page.locator("#search-q")).to_be_focused()
+            page.keyboard.press("Escape")  # and Esc closes it
+            expect(drawer).to_be_hidden()
+            expect(opener).to_be_focused()
         context.close()
 
 

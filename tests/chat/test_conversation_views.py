@@ -101,7 +101,8 @@ def test_archive_leaves_the_sidebar_and_unarchive_brings_it_back(chat):
     client = client_for("owner", chat)
     client.post(reverse("chat:archive", args=[chat.pk]), {"archived": "1"})
     home = client.get(reverse("chat:home")).content.decode()
-    assert "Compiler plans" not in home
+    assert f'data-conversation="{chat.pk}"' not in home  # not in the sidebar
+    assert "“Compiler plans” archived" in home  # the notice says where it went
     archived = client.get(reverse("chat:conversations"), {"archived": "1"}).content.decode()
     assert f'data-conversation="{chat.pk}"' in archived
     assert client.get(reverse("chat:conversation", args=[chat.pk])).status_code == 200
@@ -111,11 +112,16 @@ def test_archive_leaves_the_sidebar_and_unarchive_brings_it_back(chat):
 
 def test_delete_asks_first_then_removes_everything(chat):
     client = client_for("owner", chat)
+    # A version the person left behind is not among the messages they are told of.
+    hidden = Message.objects.create(conversation=chat, role="user", text="Old version")
+    Message.objects.filter(pk=hidden.pk).update(hidden_with=hidden)
     page = client.get(reverse("chat:delete", args=[chat.pk])).content.decode()
     assert "Delete “Compiler plans”?" in page and "1 message," in page
     assert Conversation.objects.filter(pk=chat.pk).exists()
     response = client.post(reverse("chat:delete", args=[chat.pk]))
     assert response.status_code == 302 and response["Location"] == reverse("chat:home")
+    home = client.get(response["Location"]).content.decode()
+    assert '<p class="notice">“Compiler plans” deleted.</p>' in home
     assert not Conversation.objects.filter(pk=chat.pk).exists()
     assert not Message.objects.filter(conversation_id=chat.pk).exists()
     assert client.get(reverse("chat:conversation", args=[chat.pk])).status_code == 404
@@ -258,3 +264,20 @@ def test_a_stopped_reply_is_closed_as_markdown_and_marked_in_export(chat):
         ("user", False),
         ("assistant", True),
     ]
+
+
+def test_a_search_result_shows_the_words_around_the_match_as_text():
+    from continuity.selectors import MARK_END, MARK_START, snippet_around
+
+    text = ("Before that, " * 12) + "we **ship the compiler** on Friday, " + ("then rest. " * 20)
+    snippet = snippet_around(text, "COMPILER")
+    assert snippet.startswith("…that,") and snippet.endswith("…")  # cut between words
+    assert f"{MARK_START}compiler{MARK_END}" in snippet
+    assert snippet_around("Ship it", "ship") == f"{MARK_START}Ship{MARK_END} it"
+
+    chat = ConversationFactory(title="Plans")
+    message_accept(conversation=chat, text=text, client_id=uuid.uuid4())
+    html = client_for("owner", chat).get(reverse("chat:search"), {"q": "compiler"}).content
+    html = html.decode()
+    assert "<mark>compiler</mark>" in html.lower() or "<mark>compiler" in html.lower()
+    assert "**" not in html.split("data-hit=")[1].split("</li>")[0]

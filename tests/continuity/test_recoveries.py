@@ -3,6 +3,7 @@ words, its page and the first reply all speak of what the resuming attempt was g
 
 from __future__ import annotations
 
+import re
 import uuid
 
 import pytest
@@ -58,9 +59,13 @@ def test_a_crash_then_a_resume_records_a_recovery_the_banner_and_the_reply_speak
     page = Client()
     page.force_login(chat.owner)
     html = page.get(reverse("chat:conversation", args=[chat.pk])).content.decode()
-    assert "The assistant restarted after a crash at" in html
-    assert "It restored your handoff from" in html
-    assert "1 remembered fact and the last 2 messages" in html
+    assert "I was interrupted at <time" in html
+    assert re.search(
+        r"\(a worker process stopped\) and picked up \d+ s later from my notes on this "
+        r"conversation, 1 thing I remember about you and our last 2 messages\.",
+        html,
+    )
+    assert "handoff" not in html.split("data-recovery=")[1].split("</aside>")[0]
     assert reverse("chat:recovery", args=[chat.pk, recovery.pk]) in html
 
 
@@ -81,7 +86,7 @@ def test_the_banner_counts_every_message_the_summary_covers(chat):
     page = Client()
     page.force_login(chat.owner)
     html = page.get(reverse("chat:conversation", args=[chat.pk])).content.decode()
-    assert "a summary of 2 earlier messages and the last 2 messages" in html
+    assert "a summary of 2 earlier messages and our last 2 messages" in html
 
 
 def test_the_banner_counts_a_bursts_exchanges_as_the_person_sees_them(chat):
@@ -111,7 +116,7 @@ def test_a_planned_shutdown_is_told_as_a_planned_restart(chat):
     page = Client()
     page.force_login(chat.owner)
     html = page.get(reverse("chat:conversation", args=[chat.pk])).content.decode()
-    assert "The assistant restarted after a planned restart" in html
+    assert "(a planned restart) and picked up" in html
 
 
 def test_an_answer_without_interruption_has_no_banner(chat):
@@ -139,7 +144,7 @@ def test_the_recovered_context_is_shown_only_to_the_owner(chat, who, status):
             and "What&#x27;s my goal?" in html
             or "What's my goal" in html
         )
-        assert "The assistant restarted after a crash" in html
+        assert "(a worker process stopped) and picked up" in html
 
 
 def test_anonymous_users_are_sent_to_log_in(chat):
