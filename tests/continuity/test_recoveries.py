@@ -189,3 +189,29 @@ def test_a_resume_from_pause_is_told_as_such(chat):
     assert Message.objects.get(reply_to=message).text.startswith(
         "(I restarted after a pause after repeated crashes"
     )
+
+
+# A failed attempt is recorded after its connection is closed: real commits.
+@pytest.mark.django_db(transaction=True)
+def test_a_message_that_ends_dead_shows_one_outcome_and_its_interruptions_as_details(chat):
+    from tests.brains import RAISE
+
+    Conversation.objects.filter(pk=chat.pk).update(brain="faulty")
+    message = send(chat, f"Summarize this {RAISE}")
+    run = attempt_begin(conversation_id=chat.pk)
+    attempt_end(run_id=run.pk, state="crashed", error="boom", detected_by="watchdog")
+    for _ in range(4):  # resumed (a recovery), then failing until it is dead-lettered
+        Conversation.objects.filter(pk=chat.pk).update(retry_at=None)
+        drain_conversation(conversation_id=chat.pk)
+    message.refresh_from_db()
+    assert message.state == "dead" and Recovery.objects.filter(message=message).count() == 1
+
+    page = Client()
+    page.force_login(chat.owner)
+    html = page.get(reverse("chat:conversation", args=[chat.pk])).content.decode()
+    exchange = html.split(f'id="exchange-{message.pk}"')[1].split("</article>")[0]
+    assert "This message could not be processed" in exchange
+    assert 'class="banner recovery"' not in exchange  # no success-sounding banner before it
+    details = exchange.split("data-earlier-attempts>")[1].split("</details>")[0]
+    assert "Details: 1 earlier attempt was interrupted" in details
+    assert details.count("I was interrupted at") == 1
