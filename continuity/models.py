@@ -77,7 +77,16 @@ class Conversation(models.Model):
                 fields=["owner", "client_id"], name="conversation_unique_client_id"
             )
         ]
-        indexes = [models.Index(fields=["owner", "-updated_at"])]
+        indexes = [
+            models.Index(fields=["owner", "-updated_at"]),
+            # The few that wait for their model server: every answer of a server looks for
+            # those that found it busy (continuity.delivery.backends.backend_answered).
+            models.Index(
+                fields=["waiting_for"],
+                condition=~models.Q(waiting_for=""),
+                name="conversation_waiting",
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.title or f"Conversation {self.pk}"

@@ -47,7 +47,10 @@ CONTEXT_EXCEEDED = re.compile(
 # What a refusal states (OpenAI's, vLLM's and llama-cpp-python's wording): the window, and the
 # prompt's size by the server's count.
 STATED_WINDOW = re.compile(r"maximum context length is (\d+) tokens", re.I)
-STATED_PROMPT = re.compile(r"(\d+) in the messages|messages resulted in (\d+) tokens", re.I)
+STATED_PROMPT = re.compile(
+    r"(\d+) in the messages|messages resulted in (\d+) tokens|request has (\d+) input tokens",
+    re.I,
+)
 # Where servers count tokens with the model's own tokenizer: llama.cpp's server, then
 # llama-cpp-python's.
 TOKENIZER_PATHS = ("/tokenize", "/extras/tokenize")
@@ -165,13 +168,16 @@ class OpenAIBrain:
     ) -> bool:
         """The server refused a prompt of about `refused_tokens` (estimated) as too long. What
         it stated is learned: its `window`, and the prompt's size by its own count (`counted`),
-        which teaches how far the estimate is off. When it stated neither, its window is taken
+        which teaches how far the estimate is off. When it stated no count, and no window smaller
+        than the one known (vLLM's "your request has N input tokens" aside), its window is taken
         to be small enough that the next prompt is compacted to three quarters of that, and
         less again if it is refused too. False when nothing smaller was learned: compaction
         cannot help (what is left is the newest exchange and the message), and trying again
         would only be refused again."""
         key, current = cls.key(), cls.context_window()
         learned = bool(counted and refused_tokens and cls.scale_learn(counted / refused_tokens))
+        if window and current and window >= current and not counted:
+            window = None  # the window it states is known: the estimate was short, so guess
         if not window and not counted:
             margin = 1 - settings.CONTINUITY_TOKEN_MARGIN
             budget = int(0.75 * refused_tokens / settings.CONTINUITY_COMPACT_AT)
@@ -246,14 +252,17 @@ class OpenAIBrain:
     @classmethod
     def server_json(cls, url: str, *, post: dict | None = None) -> dict:
         """What the server answers at `url` (a GET, or a POST of the JSON `post`) as a JSON
-        object, within WINDOW_ASK_TIMEOUT; empty when it cannot say (an error, not an object),
-        and `{SERVER_DOWN: True}` when it could not be reached."""
+        object, within WINDOW_ASK_TIMEOUT; empty when it cannot say (a refusal, not an object),
+        and `{SERVER_DOWN: True}` when it could not be reached or cannot answer yet (5xx, 429:
+        llama.cpp's while it loads its model)."""
         headers = {"Authorization": f"Bearer {settings.CONTINUITY_OPENAI_API_KEY or 'none'}"}
         try:
             with httpx.Client(timeout=WINDOW_ASK_TIMEOUT, headers=headers) as http:
                 answer = http.get(url) if post is None else http.post(url, json=post)
         except httpx.HTTPError:
             return {SERVER_DOWN: True}
+        if answer.status_code >= 500 or answer.status_code == 429:
+            return {SERVER_DOWN: True}  # loading, overloaded: ask again later
         try:
             found = answer.json() if answer.is_success else {}
         except ValueError:
@@ -659,7 +668,7 @@ def stated_sizes(exc: openai.APIStatusError) -> dict[str, int]:
     if not isinstance(window, int) and (found := STATED_WINDOW.search(text or "")):
         window = int(found.group(1))
     if not isinstance(prompt, int) and (found := STATED_PROMPT.search(text or "")):
-        prompt = int(found.group(1) or found.group(2))
+        prompt = int(next(group for group in found.groups() if group))
     sizes = {"window": window, "counted": prompt}
     return {name: size for name, size in sizes.items() if isinstance(size, int) and size > 0}
 

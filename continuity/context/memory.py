@@ -14,7 +14,7 @@ from django.db import transaction
 from django.db.models import Q, QuerySet
 from django.db.models.functions import Now
 
-from ..models import Handoff, MemoryFact, Message, Summary
+from ..models import Conversation, Handoff, MemoryFact, Message, Summary
 from .assembly import summary_latest
 from .compaction import summary_write
 from .handoffs import handoff_revise
@@ -81,8 +81,19 @@ def memory_fact_forget(*, fact: MemoryFact) -> int:
     return deleted
 
 
+def owner_conversation_lock(conversation_id: int) -> None:
+    list(Conversation.objects.select_for_update().filter(pk=conversation_id).values("pk"))
+
+
 def traces_forget(*, owner_id: int, key: str, values: list[str]) -> None:
-    said = re.compile("|".join(rf"\b{re.escape(value)}\b" for value in values), re.IGNORECASE)
+    # Whole words, whatever the value starts or ends with ("C++", "tea."), and a value clipped
+    # with "…" by what it is mentioned with so far.
+    values = [word for word in (value.rstrip("…").strip() for value in values) if word]
+    if not values:
+        return
+    said = re.compile(
+        "|".join(rf"(?<!\w){re.escape(value)}(?!\w)" for value in values), re.IGNORECASE
+    )
 
     def mentions(line: str) -> bool:
         return bool(said.search(line))
@@ -93,8 +104,6 @@ def traces_forget(*, owner_id: int, key: str, values: list[str]) -> None:
     def edit(sections: dict[str, str]) -> dict[str, str]:
         return {name: without(text) for name, text in sections.items()}
 
-    if not values:
-        return
     held = Q()
     for value in values:
         held |= (
@@ -112,6 +121,7 @@ def traces_forget(*, owner_id: int, key: str, values: list[str]) -> None:
     summaries = Summary.objects.filter(summarized, conversation__owner_id=owner_id)
     for conversation_id in set(summaries.values_list("conversation_id", flat=True)):
         with transaction.atomic():
+            owner_conversation_lock(conversation_id)  # no compaction writes one meanwhile
             latest = summary_latest(conversation_id=conversation_id)
             if latest is None or not mentions(latest.text):
                 continue

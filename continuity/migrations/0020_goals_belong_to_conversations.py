@@ -8,7 +8,7 @@ Goal facts, every version, are then deleted. A goal whose message was deleted ha
 conversation to go to, and goes."""
 
 from django.db import migrations
-from django.db.models import Max
+from django.db.models import Max, Q
 
 PERSON_KEYS = ("name: ", "likes: ", "note: ", "goal: ")
 WORKING_ON = "Working on: "
@@ -36,9 +36,15 @@ def goals_to_conversations(apps, schema_editor):
     noted = Handoff.objects.values("conversation_id").annotate(newest=Max("version"))
     conversations = set(goals) | {row["conversation_id"] for row in noted}
     for conversation_id in sorted(conversations):
+        # The newest of the shown branch, as the engine reads it: a version written by a run on
+        # a hidden branch (an edit or a regenerate left it) is not the conversation's state.
+        shown = Q(run__isnull=True) | Q(run__message__hidden_with__isnull=True)
         latest = (
-            Handoff.objects.filter(conversation_id=conversation_id).order_by("-version").first()
+            Handoff.objects.filter(shown, conversation_id=conversation_id)
+            .order_by("-version")
+            .first()
         )
+        newest = Handoff.objects.filter(conversation_id=conversation_id).aggregate(v=Max("version"))
         state = lines(latest.current_state) if latest else []
         critical = lines(latest.critical_context) if latest else []
         steps = lines(latest.next_steps) if latest else []
@@ -66,7 +72,7 @@ def goals_to_conversations(apps, schema_editor):
             continue
         Handoff.objects.create(
             conversation_id=conversation_id,
-            version=(latest.version if latest else 0) + 1,
+            version=(newest["v"] or 0) + 1,
             reason="scopes_split",
             current_state="\n".join(state),
             critical_context="\n".join(kept),

@@ -368,3 +368,27 @@ def test_keep_alive_comments_do_not_keep_a_stalled_stream_alive(settings, fake):
     assert str(raised.value) == (
         f"The model server at {fake.url} sent no token for 1 s (model 'fake-model')."
     )
+
+
+def test_a_refusal_stating_only_a_known_window_still_teaches_a_smaller_prompt(settings):
+    import httpx
+    import openai
+
+    from chat.brains.openai import stated_sizes
+
+    settings.CONTINUITY_OPENAI_BASE_URL = "http://127.0.0.1:9/v1"
+    settings.CONTINUITY_OPENAI_CONTEXT_TOKENS = 4096
+    said = (
+        "This model's maximum context length is 4096 tokens. However, your request has 5000 "
+        "input tokens. Please reduce the length of the input messages."
+    )  # vLLM's wording
+    response = httpx.Response(
+        400, json={"error": {"message": said}}, request=httpx.Request("POST", "http://x/v1")
+    )
+    refusal = openai.BadRequestError(said, response=response, body={"message": said})
+    assert stated_sizes(refusal) == {"window": 4096, "counted": 5000}
+
+    # Without the count, the window it states is the one known: the estimate was short, and a
+    # smaller prompt is guessed rather than the message given up on.
+    assert OpenAIBrain.window_learn(2400, window=4096)  # the estimate was within the budget
+    assert OpenAIBrain.context_window() < 4096

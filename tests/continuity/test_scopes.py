@@ -164,3 +164,17 @@ def test_a_forgotten_fact_is_in_no_later_prompt_a_model_is_sent(user, settings):
     assert "What is my name?" in asked and "Ada" not in asked
     # The goal is the conversation's: in its own prompt, not in the other's.
     assert "bake bread" not in asked
+
+
+def test_forgetting_finds_values_that_are_not_plain_words(user):
+    from continuity.context.memory import memory_remember
+
+    chat = ConversationFactory(owner=user)
+    fact = memory_remember(owner_id=user.pk, key="likes", value="C++")
+    handoff_write(
+        conversation_id=chat.pk,
+        reason=Handoff.Reason.END_OF_TURN,
+        sections={"critical_context": "likes: C++\nlikes: C sharp"},
+    )
+    memory_fact_forget(fact=fact)
+    assert handoff_latest(conversation_id=chat.pk).critical_context == "likes: C sharp"
