@@ -12,9 +12,9 @@ from django.db import transaction
 from django.db.models import Max
 
 from ..brains import Context, Turn
-from ..models import Conversation, Message, Run, Summary
+from ..models import Message, Run, Summary
 from .assembly import ContextRefs, summary_latest, turn_line
-from .handoffs import handoff_for_compaction
+from .handoffs import conversation_row_lock, handoff_for_compaction
 from .tokens import compaction_threshold, tokens_estimate
 
 
@@ -63,7 +63,7 @@ def summary_write(
 ) -> Summary:
     """Add the next summary version (the conversation row is locked: versions never clash)."""
     with transaction.atomic():
-        list(Conversation.objects.select_for_update().filter(pk=conversation_id).values("pk"))
+        conversation_row_lock(conversation_id)
         newest = Summary.objects.filter(conversation_id=conversation_id).aggregate(v=Max("version"))
         return Summary.objects.create(
             conversation_id=conversation_id,

@@ -67,6 +67,12 @@ def handoff_sections(handoff: Handoff | None) -> dict[str, str]:
     return {name: getattr(handoff, name) for name in SECTIONS}
 
 
+def conversation_row_lock(conversation_id: int) -> None:
+    """Lock the conversation's row: the engine's first lock in every transaction that writes
+    its versioned rows (handoffs, summaries), so no two writers pick one version number."""
+    list(Conversation.objects.select_for_update().filter(pk=conversation_id).values("pk"))
+
+
 def handoff_write(
     *,
     conversation_id: int,
@@ -78,7 +84,7 @@ def handoff_write(
     """Add the next version. The conversation row is locked (the engine's first lock in every
     transaction, so no deadlock), hence two writers never pick the same version number."""
     with transaction.atomic():
-        list(Conversation.objects.select_for_update().filter(pk=conversation_id).values("pk"))
+        conversation_row_lock(conversation_id)
         return handoff_create(
             conversation_id=conversation_id,
             reason=reason,
@@ -116,7 +122,7 @@ def handoff_revise(
     anyone wrote since (a correction, a staff edit, a turn's end) is never lost. None when the
     edit changed nothing."""
     with transaction.atomic():
-        list(Conversation.objects.select_for_update().filter(pk=conversation_id).values("pk"))
+        conversation_row_lock(conversation_id)
         latest = handoff_sections(handoff_latest(conversation_id=conversation_id))
         sections = {name: section_text(text) for name, text in edit(dict(latest)).items()}
         if sections == {name: section_text(text) for name, text in latest.items()}:

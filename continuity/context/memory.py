@@ -14,10 +14,10 @@ from django.db import transaction
 from django.db.models import Q, QuerySet
 from django.db.models.functions import Now
 
-from ..models import Conversation, Handoff, MemoryFact, Message, Summary
+from ..models import Handoff, MemoryFact, Message, Summary
 from .assembly import summary_latest
 from .compaction import summary_write
-from .handoffs import handoff_revise
+from .handoffs import conversation_row_lock, handoff_revise
 
 
 def memory_facts_of(owner) -> QuerySet[MemoryFact]:
@@ -81,10 +81,6 @@ def memory_fact_forget(*, fact: MemoryFact) -> int:
     return deleted
 
 
-def owner_conversation_lock(conversation_id: int) -> None:
-    list(Conversation.objects.select_for_update().filter(pk=conversation_id).values("pk"))
-
-
 def traces_forget(*, owner_id: int, key: str, values: list[str]) -> None:
     # Whole words, whatever the value starts or ends with ("C++", "tea."), and a value clipped
     # with "…" by what it is mentioned with so far.
@@ -121,7 +117,7 @@ def traces_forget(*, owner_id: int, key: str, values: list[str]) -> None:
     summaries = Summary.objects.filter(summarized, conversation__owner_id=owner_id)
     for conversation_id in set(summaries.values_list("conversation_id", flat=True)):
         with transaction.atomic():
-            owner_conversation_lock(conversation_id)  # no compaction writes one meanwhile
+            conversation_row_lock(conversation_id)  # no compaction writes one meanwhile
             latest = summary_latest(conversation_id=conversation_id)
             if latest is None or not mentions(latest.text):
                 continue
