@@ -32,7 +32,9 @@ def test_stop_keeps_the_partial_reply_and_marks_it(page: Page, site):
     UserFactory(username="ann")
     log_in(page, site, "ann")
     page.get_by_label("Message").fill(LONG_REPLY)
-    page.keyboard.press("Enter")
+    # The button, not Enter: Enter sends only once the page's script has bound it, and a
+    # loaded machine pressed it before that (the text stayed in the composer, unsent).
+    page.get_by_role("button", name="Send").click()
     # The first token follows a new conversation, a drain and a plan: on a loaded machine,
     # more than the default 5 s.
     expect(page.locator("[data-streaming] .streamed")).not_to_be_empty(timeout=15_000)
@@ -71,7 +73,9 @@ def test_escape_stops_the_reply_being_written(page: Page, site):
     UserFactory(username="cid")
     log_in(page, site, "cid")
     page.get_by_label("Message").fill(LONG_REPLY)
-    page.keyboard.press("Enter")
+    # The button, not Enter: Enter sends only once the page's script has bound it, and a
+    # loaded machine pressed it before that (the text stayed in the composer, unsent).
+    page.get_by_role("button", name="Send").click()
     # The first token follows a new conversation, a drain and a plan: on a loaded machine,
     # more than the default 5 s.
     expect(page.locator("[data-streaming] .streamed")).not_to_be_empty(timeout=15_000)
