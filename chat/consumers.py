@@ -127,8 +127,10 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
         after, pending = sync
         branch = await self.branch_stamp()
         up_to, html = await self.render(after, pending)
-        await self.send_json({"type": "exchanges", "html": html, "up_to": up_to, "branch": branch})
-        await self.send_json({"type": "status", "html": await self.render_status()})
+        status = await self.render_status()
+        await self.send_json(
+            {"type": "exchanges", "html": html, "up_to": up_to, "branch": branch, "status": status}
+        )
 
     async def message_changed(self, event: dict) -> None:
         with self.owed_lock:
@@ -145,8 +147,10 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
             return
         branch = await self.branch_stamp()
         _, html = await self.render(None, event["message_ids"])
-        await self.send_json({"type": "exchanges", "html": html, "branch": branch})
-        await self.send_json({"type": "status", "html": await self.render_status()})
+        status = await self.render_status()
+        await self.send_json(
+            {"type": "exchanges", "html": html, "branch": branch, "status": status}
+        )
 
     async def conversation_changed(self, event: dict) -> None:
         with self.owed_lock:
@@ -175,9 +179,13 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
         try:
             while self.owed_ids or self.owed_status:
                 html, status = await self.render_owed_now()
+                # The status goes in the same frame as the exchanges it follows from, so the
+                # page never paints one without the other (a partial reply marked interrupted
+                # with no word of what happens next, or the other way round).
                 if html:
-                    await self.send_json({"type": "exchanges", "html": html})
-                if status is not None:
+                    frame = {"type": "exchanges", "html": html}
+                    await self.send_json(frame if status is None else {**frame, "status": status})
+                elif status is not None:
                     await self.send_json({"type": "status", "html": status})
                 await self.send_held_chunks()
         except Conversation.DoesNotExist:  # deleted before its own event reached this socket

@@ -14,22 +14,17 @@ from django_htmx.http import push_url
 from continuity.context import memory as facts
 
 from .forms import MemoryFactForm
+from .rendering import FACT_LABELS, fact_label
 from .views import login_required_or_401
 
 PAGE = "chat/memory.html"
-LABELS = {
-    "name": "Your name",
-    "goal": "Your goal",
-    "likes": "What you like",
-    "note": "What you asked me to remember",
-}
 
 
 def fact_rows(request: HttpRequest, *, invalid=None, invalid_form=None) -> list[dict]:
     return [
         {
             "fact": fact,
-            "label": LABELS.get(fact.key, fact.key.replace("_", " ").capitalize()),
+            "label": fact_label(fact.key),
             "form": invalid_form
             if fact == invalid
             else MemoryFactForm(initial={"value": fact.value}, auto_id=f"fact-{fact.pk}-%s"),
@@ -40,7 +35,7 @@ def fact_rows(request: HttpRequest, *, invalid=None, invalid_form=None) -> list[
 
 def shown_order(fact) -> tuple[int, str]:
     """Name, goal, likes, note: who you are first, then what you asked me to keep."""
-    keys = list(LABELS)
+    keys = list(FACT_LABELS)
     return (keys.index(fact.key) if fact.key in keys else len(keys), fact.key)
 
 

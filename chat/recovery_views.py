@@ -36,16 +36,19 @@ def recovery_of(request: HttpRequest, pk: int, recovery_pk: int) -> Recovery:
 
 
 def recovery_page(request: HttpRequest, recovery: Recovery, form: CorrectionForm, status=200):
+    """The banner's words, then what the resuming attempt was given as a short document in the
+    same words, and the engine's own rendering of it under "Technical details"."""
     run_context = RunContext.objects.filter(run_id=recovery.run_id).first()
-    given = context_text(run_context_load(run_context)) if run_context else ""
+    given = run_context_load(run_context) if run_context else None
     return render(
         request,
         PAGE,
         {
             "recovery": recovery,
             "words": recovery_words(recovery),
-            # Sanitized by nh3 (see chat.rendering), so safe to insert as HTML.
-            "given_html": mark_safe(markdown_to_safe_html(given)),  # noqa: S308
+            "given": given,
+            "summary_html": mark_safe(markdown_to_safe_html(given.summary)) if given else "",  # noqa: S308 (nh3-sanitized)
+            "technical": context_text(given) if given else "",
             "form": form,
         },
         status=status,

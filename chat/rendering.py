@@ -98,3 +98,16 @@ def markdown_plain(text: str) -> str:
     for pattern, replacement in MARKDOWN_MARKS:
         text = pattern.sub(replacement, text)
     return " ".join(text.split())
+
+
+FACT_LABELS = {
+    "name": "Your name",
+    "goal": "Your goal",
+    "likes": "What you like",
+    "note": "What you asked me to remember",
+}
+
+
+def fact_label(key: str) -> str:
+    """A remembered fact's key as the person reads it."""
+    return FACT_LABELS.get(key, key.replace("_", " ").capitalize())

@@ -672,6 +672,8 @@ class Recovery(models.Model):
         CRASH = "crash", "a crash"
         PLANNED_SHUTDOWN = "planned_shutdown", "a planned restart"
         DATABASE_OUTAGE = "database_outage", "a database outage"
+        MODEL_UNAVAILABLE = "model_unavailable", "the model server being unavailable"
+        FAILED = "failed", "an error"
         PAUSE = "pause", "a pause after repeated crashes"
 
     conversation = models.ForeignKey(

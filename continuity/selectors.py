@@ -11,6 +11,7 @@ from django.db import connection
 from django.db.models import (
     Count,
     DurationField,
+    Exists,
     ExpressionWrapper,
     F,
     Max,
@@ -20,7 +21,7 @@ from django.db.models import (
 )
 from django.db.models.functions import Now
 
-from .context.recoveries import RecoveryWords, recovery_words
+from .context.recoveries import WHAT_HAPPENED, RecoveryWords, recovery_words, run_stop_kind
 from .models import Conversation, Message, Recovery, ReplyChunk, Run
 
 
@@ -35,6 +36,17 @@ class Exchange:
     last_seq: int = 0
     recoveries: tuple[RecoveryBanner, ...] = ()
     versions: Versions | None = None
+    interrupted: Interrupted | None = None
+
+
+@dataclass(frozen=True)
+class Interrupted:
+    """The last attempt of a message that waits to be answered again: what it had written
+    (shown dimmed until the next attempt's stream replaces it), when and why it stopped."""
+
+    text: str
+    at: object  # a datetime: its last sign of life
+    why: str
 
 
 @dataclass(frozen=True)
@@ -137,6 +149,13 @@ def exchanges_from(messages: QuerySet[Message]) -> list[Exchange]:
         [m for m in messages if m.reasked_from_id], "reasked_from__dead_letter"
     )
     streaming = streaming_runs(m.pk for m in messages if m.state == Message.State.PROCESSING)
+    interrupted = interrupted_runs(
+        m.pk
+        for m in messages
+        if m.state in Message.PENDING_STATES
+        and m.attempts + m.interruptions > 0
+        and m.pk not in streaming
+    )
     # A recovery is recorded for an attempt that follows another on the same message: a
     # crashed attempt keeps its count, an interrupted one moves it to `interruptions`.
     banners = recovery_banners([m.pk for m in messages if m.attempts + m.interruptions > 1])
@@ -155,6 +174,7 @@ def exchanges_from(messages: QuerySet[Message]) -> list[Exchange]:
             reply=getattr(m, "reply", None) if m.pk in settled_ids else None,
             recoveries=banners.get(m.pk, ()),
             versions=versions.get(m.pk),
+            interrupted=interrupted.get(m.pk),
             **streaming.get(m.pk, {}),
         )
         for m in messages
@@ -211,6 +231,36 @@ def streaming_runs(message_ids: Iterable[int]) -> dict[int, dict]:
     return found
 
 
+def interrupted_runs(message_ids: Iterable[int]) -> dict[int, Interrupted]:
+    """For each message waiting to be answered again: its last attempt and what it wrote."""
+    ids = list(message_ids)
+    if not ids:
+        return {}
+    # A message has a few attempts at most (its crashes are capped): read them all, keep the last.
+    last_runs = (
+        Run.objects.filter(message_id__in=ids)
+        .exclude(state=Run.State.RUNNING)
+        .order_by("message_id", "-pk")
+    )
+    latest: dict[int, Run] = {}
+    for run in last_runs:
+        latest.setdefault(run.message_id, run)
+    texts: dict[int, list[str]] = {}
+    chunks = ReplyChunk.objects.filter(run__in=[run.pk for run in latest.values()])
+    for run_id, text in chunks.order_by("run_id", "seq").values_list("run_id", "text"):
+        texts.setdefault(run_id, []).append(text)
+    return {
+        message_id: Interrupted(
+            text="".join(texts.get(run.pk, ())),
+            at=run.heartbeat_at
+            if run.state == Run.State.CRASHED
+            else run.ended_at or run.heartbeat_at,
+            why=WHAT_HAPPENED[run_stop_kind(run)],
+        )
+        for message_id, run in latest.items()
+    }
+
+
 def newest_message_id(conversation: Conversation) -> int:
     return conversation.messages.aggregate(newest=Max("pk"))["newest"] or 0
 
@@ -257,8 +307,22 @@ def retry_wait_of(conversation: Conversation) -> int | None:
 
 
 def conversation_status(conversation: Conversation) -> dict:
-    """What the status next to the composer needs: the conversation's state and any backoff."""
-    return {"conversation": conversation, "retry_in": retry_wait_of(conversation)}
+    """What the status next to the composer needs: the conversation's state, any backoff, and
+    whether an interrupted message waits for a worker with no backoff (after a planned
+    restart, say)."""
+    retry_in = retry_wait_of(conversation)
+    resuming = (
+        retry_in is None
+        and conversation.state == Conversation.State.ACTIVE
+        and conversation.messages.filter(
+            Q(attempts__gt=0) | Q(interruptions__gt=0),
+            ~Exists(Run.objects.filter(conversation_id=conversation.pk, state=Run.State.RUNNING)),
+            role=Message.Role.USER,
+            state=Message.State.QUEUED,
+            hidden_with__isnull=True,
+        ).exists()
+    )
+    return {"conversation": conversation, "retry_in": retry_in, "resuming": resuming}
 
 
 @dataclass(frozen=True)

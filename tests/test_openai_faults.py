@@ -189,6 +189,9 @@ def test_sigkill_mid_stream_regenerates_the_reply_once(processes, fake):
     assert steps_by_run(message) == {"plan": run.pk, "respond": "retry", "remember": "retry"}
     assert message.reply.text == reply_to(LONG_QUESTION)
     assert fake.chat_requests() == 2
-    assert "You restarted after a crash" in fake.streamed()[-1]["messages"][0]["content"]
+    assert (
+        "was interrupted (a worker process stopped)"
+        in fake.streamed()[-1]["messages"][0]["content"]
+    )
     assert Recovery.objects.filter(message=message).count() == 1
     assert_promise_kept([message])

@@ -234,13 +234,14 @@ class BuiltinBrain:
         return reply
 
     def recovery_sentence(self, context: Context) -> str:
-        """One sentence on the restart and what this reply continues with."""
+        """One sentence on the interruption (as the banner words it) and what this reply
+        continues with."""
         recovery = context.recovery
         restored = "our conversation and what I remember about you"
         if context.handoff is not None:
             restored = "my notes on where we were"
         return (
-            f"(I restarted after {recovery.label} and restored {restored}; "
+            f"(I was interrupted — {recovery.label} — and picked up again from {restored}; "
             f"continuing with your message “{clip(context.text, 60)}”.)"
         )
 

@@ -99,7 +99,7 @@ def system_prompt(context: Context) -> str:
         )
     if recovery := context.recovery:
         parts.append(
-            f"You restarted after {recovery.label} while answering the user's latest message. "
+            f"Your answer to the user's latest message was interrupted ({recovery.label}). "
             "Begin your reply with one short sentence saying so, then answer it."
         )
     return "\n\n".join(part for part in parts if part)

@@ -9,10 +9,12 @@ from django.utils.dateformat import format as date_format
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 
-from chat.rendering import markdown_closed, markdown_to_safe_html
+from chat.rendering import fact_label, markdown_closed, markdown_plain, markdown_to_safe_html
 from continuity.delivery.alerts import alerts_reach_someone
 
 register = template.Library()
+register.filter("fact_label", fact_label)
+register.filter("markdown_plain", markdown_plain)
 
 
 @register.filter

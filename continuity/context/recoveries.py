@@ -13,17 +13,39 @@ from django.db import transaction
 from django.utils import timezone
 
 from ..brains import RecoveryNote
-from ..errors import DATABASE_LOST
+from ..errors import DATABASE_LOST, MODEL_BUSY, MODEL_UNAVAILABLE
 from ..live.events import publish_message_changed
 from ..models import Alert, Handoff, Message, Recovery, Run, RunContext
 from .handoffs import handoff_latest, handoff_revise, section_text
 
+# What happened, as accurately as the engine knows it.
+WHAT_HAPPENED = {
+    Recovery.Kind.CRASH: "a worker process stopped",
+    Recovery.Kind.PLANNED_SHUTDOWN: "a planned restart",
+    Recovery.Kind.DATABASE_OUTAGE: "the database was unavailable",
+    Recovery.Kind.MODEL_UNAVAILABLE: "the model server was unavailable",
+    Recovery.Kind.FAILED: "an error stopped the answer",
+    Recovery.Kind.PAUSE: "repeated crashes paused this conversation until staff resumed it",
+}
+
+
+def run_stop_kind(stopped: Run) -> str:
+    """Why an attempt stopped, as a Recovery.Kind, from what its run recorded."""
+    if stopped.state == Run.State.INTERRUPTED:
+        if stopped.error.startswith(DATABASE_LOST):
+            return Recovery.Kind.DATABASE_OUTAGE
+        if stopped.error.startswith(MODEL_UNAVAILABLE):
+            return Recovery.Kind.MODEL_UNAVAILABLE
+        return Recovery.Kind.PLANNED_SHUTDOWN
+    if stopped.state == Run.State.FAILED:
+        return Recovery.Kind.FAILED
+    return Recovery.Kind.CRASH
+
 
 def recovery_kind(interrupted: Run) -> str:
-    if interrupted.state == Run.State.INTERRUPTED:
-        if interrupted.error.startswith(DATABASE_LOST):
-            return Recovery.Kind.DATABASE_OUTAGE
-        return Recovery.Kind.PLANNED_SHUTDOWN
+    kind = run_stop_kind(interrupted)
+    if kind != Recovery.Kind.CRASH:
+        return kind
     resumed_by_staff = Alert.objects.filter(
         conversation_id=interrupted.conversation_id,
         acknowledged_at__gte=interrupted.ended_at or interrupted.heartbeat_at,
@@ -38,6 +60,8 @@ def recovery_record(*, run: Run) -> Recovery | None:
     interrupted = earlier.order_by("-pk").first()
     if interrupted is None or interrupted.state not in (Run.State.CRASHED, Run.State.INTERRUPTED):
         return None
+    if interrupted.error.startswith(MODEL_BUSY):
+        return None  # it waited for a free slot of the model server: nothing was interrupted
     recovery = Recovery.objects.create(
         conversation_id=run.conversation_id,
         message_id=run.message_id,
@@ -58,7 +82,7 @@ def recovery_record(*, run: Run) -> Recovery | None:
 def recovery_note(recovery: Recovery) -> RecoveryNote:
     return RecoveryNote(
         kind=recovery.kind,
-        label=recovery.get_kind_display(),
+        label=WHAT_HAPPENED.get(recovery.kind, recovery.get_kind_display()),
         interrupted_at=recovery.interrupted_at,
         down_seconds=recovery.down_seconds,
     )
@@ -118,15 +142,6 @@ def restored_items(restored: Restored) -> list[str]:
     if restored.waiting:
         items.append(f"{plural(restored.waiting, 'message')} that waited")
     return items
-
-
-# What happened, as accurately as the engine knows it.
-WHAT_HAPPENED = {
-    Recovery.Kind.CRASH: "a worker process stopped",
-    Recovery.Kind.PLANNED_SHUTDOWN: "a planned restart",
-    Recovery.Kind.DATABASE_OUTAGE: "the database was unavailable",
-    Recovery.Kind.PAUSE: "repeated crashes paused this conversation until staff resumed it",
-}
 
 
 @dataclass(frozen=True)

@@ -68,10 +68,10 @@
     if (!countdown || countdownEnd === null) return false;
     const left = Math.ceil((countdownEnd - now) / 1000);
     if (left > 0) {
-      countdown.textContent = `Trying again in ${left} s.`;
+      countdown.textContent = `Picking up again in ${left} s…`;
       return true;
     }
-    countdown.textContent = "Trying again now…";
+    countdown.textContent = "Picking up again now…";
     status.querySelector("[data-retry] form")?.remove();
     return false;
   }
@@ -81,8 +81,8 @@
   // A catch-up sends the status again: the same one stays in place (its live region is not read
   // out again, a focused *Retry now* keeps focus), as does a countdown that still agrees.
   function sameStatus(current, incoming) {
-    const kind = (el) =>
-      [el.dataset.state, !!el.querySelector("[data-paused]"), !!el.querySelector("[data-retry]")].join();
+    const marks = ["[data-paused]", "[data-retry]", "[data-resuming]"];
+    const kind = (el) => [el.dataset.state, ...marks.map((mark) => !!el.querySelector(mark))].join();
     if (kind(current) !== kind(incoming)) return false;
     const countdown = incoming.querySelector("[data-countdown]");
     if (!countdown) return true;
@@ -96,7 +96,8 @@
   function tickHints(onSlow) {
     const now = performance.now();
     const status = document.getElementById("conversation-status");
-    const waitExplained = tickCountdown(status, now) || !!status?.querySelector("[data-paused]");
+    const waitExplained =
+      tickCountdown(status, now) || !!status?.querySelector("[data-paused], [data-resuming]");
     const hint = document.querySelector("[data-slow-hint]");
     if (!hint) return;
     const slow = [...document.querySelectorAll("[data-exchange]")].some(
@@ -612,18 +613,22 @@
         if (missedBranchChange) return reloadKeepingDraft();
         if (event.branch !== undefined) box.dataset.branch = String(event.branch);
         upsertFragment(fragmentOf(event.html));
+        if (event.status) showStatus(event.status);
         if (event.up_to) syncedUpTo = Math.max(syncedUpTo, event.up_to);
       }
       else if (event.type === "reload") reloadKeepingDraft();
       else if (event.type === "chunk") applyChunk(event);
-      else if (event.type === "status") {
-        const status = document.getElementById("conversation-status");
-        const incoming = fragmentOf(event.html).getElementById("conversation-status");
-        if (status && incoming && !sameStatus(status, incoming)) {
-          status.replaceWith(incoming);
-          htmx.process(incoming); // its *Retry now* form posts with htmx (and the CSRF header)
-        }
-      } else if (event.type === "error") console.warn("Continuity:", event.error);
+      else if (event.type === "status") showStatus(event.html);
+      else if (event.type === "error") console.warn("Continuity:", event.error);
+    }
+
+    function showStatus(html) {
+      const status = document.getElementById("conversation-status");
+      const incoming = fragmentOf(html).getElementById("conversation-status");
+      if (status && incoming && !sameStatus(status, incoming)) {
+        status.replaceWith(incoming);
+        htmx.process(incoming); // its *Retry now* form posts with htmx (and the CSRF header)
+      }
     }
 
     function open() {

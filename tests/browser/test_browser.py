@@ -148,7 +148,9 @@ def test_a_crash_and_a_web_restart_mid_reply_leave_one_clean_reply_and_a_banner(
     expect(reply).to_have_count(1)
     final = Message.objects.get(reply_to=message).text
     # The first reply after the restart says so in one sentence, then answers as it would have.
-    assert final.startswith("(I restarted after a crash and restored my notes on where we were")
+    assert final.startswith(
+        "(I was interrupted — a worker process stopped — and picked up again from my notes on"
+    )
     assert final.endswith(body) and final.count("Noted that you like tea.") == 1
 
     shown = page.evaluate("window.__streamed")
@@ -173,7 +175,8 @@ def test_a_crash_and_a_web_restart_mid_reply_leave_one_clean_reply_and_a_banner(
     )
     page.get_by_role("link", name="Show what was recovered").click()
     given = page.locator("[data-recovered-context]")
-    expect(given).to_contain_text("Long-term memory")
+    expect(given).to_contain_text("What I remember about you")
+    expect(page.locator("[data-technical-details]")).not_to_have_attribute("open", "")
     for line in context_text(run_context_load(retry.context)).splitlines():
         # Each remembered fact and each turn the attempt was given.
         if line.startswith(("- ", "User: ", "Assistant: ")):

@@ -76,7 +76,7 @@ def test_a_backoff_shows_a_countdown_and_retry_now_ends_it(page: Page, site):
 
     open_conversation(page, site, conversation)
     countdown = page.locator("#conversation-status [data-countdown]")
-    expect(countdown).to_have_text(re.compile(r"Trying again in (8\d|90) s\."))
+    expect(countdown).to_have_text(re.compile(r"Picking up again in (8\d|90) s…"))
     first = countdown.text_content()
     expect(countdown).not_to_have_text(first, timeout=3_000)  # it counts down
     retry = page.get_by_role("button", name="Retry now")

@@ -55,7 +55,7 @@ def full_context() -> Context:
         pending=[Turn("user", "Also, what about lifetimes?")],
         recovery=RecoveryNote(
             kind="crash",
-            label="a crash",
+            label="a worker process stopped",
             interrupted_at=datetime(2025, 1, 2, 21, 14, tzinfo=UTC),
             down_seconds=12,
         ),
@@ -81,7 +81,7 @@ def test_the_prompt_follows_the_assembly_order():
         "- You said: “I like tea”",
         "1 more message(s) from the user are queued",
         "“Also, what about lifetimes?”",
-        "You restarted after a crash",
+        "was interrupted (a worker process stopped)",
     ]
     positions = [system.index(part) for part in in_order]
     assert positions == sorted(positions), system

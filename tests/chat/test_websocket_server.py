@@ -94,8 +94,7 @@ def test_logging_out_closes_the_pages_socket(web):
     cookie = f"{settings.SESSION_COOKIE_NAME}={browser.cookies[settings.SESSION_COOKIE_NAME].value}"
     with open_socket(web, f"/ws/c/{conversation.pk}/", cookie) as socket:
         socket.send(json.dumps({"type": "sync", "after": 0, "pending": []}))
-        socket.recv(timeout=10)
-        socket.recv(timeout=10)  # the status rendering that follows the exchanges
+        socket.recv(timeout=10)  # the exchanges, with the status
         browser.post("/accounts/logout/")
         with pytest.raises(ConnectionClosed) as closed:
             while True:

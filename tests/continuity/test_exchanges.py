@@ -87,8 +87,11 @@ def test_the_status_asks_for_a_backoff_only_when_one_is_set(
     conversation, django_assert_num_queries
 ):
     message = send(conversation)
-    with django_assert_num_queries(0):
-        assert conversation_status(conversation)["retry_in"] is None
+    with django_assert_num_queries(1):  # whether an interrupted message waits for a worker
+        status = conversation_status(conversation)
+    assert status["retry_in"] is None and not status["resuming"]
+    Message.objects.filter(pk=message.pk).update(interruptions=1)  # a planned restart
+    assert conversation_status(conversation)["resuming"]
 
     Message.objects.filter(pk=message.pk).update(attempts=1)
     Conversation.objects.filter(pk=conversation.pk).update(

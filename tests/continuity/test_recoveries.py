@@ -50,7 +50,9 @@ def test_a_crash_then_a_resume_records_a_recovery_the_banner_and_the_reply_speak
     assert recovery.run.state == "completed" and recovery.down_seconds >= 0
 
     reply = Message.objects.get(reply_to=message).text
-    assert reply.startswith("(I restarted after a crash and restored")
+    assert reply.startswith(
+        "(I was interrupted — a worker process stopped — and picked up again from"
+    )
     assert reply.endswith("Your name is **Ada**.")
 
     restored = restored_of(RunContext.objects.get(run=recovery.run))
@@ -123,7 +125,7 @@ def test_an_answer_without_interruption_has_no_banner(chat):
     message = send(chat, "thanks")
     drain_conversation(conversation_id=chat.pk)
     assert not Recovery.objects.filter(message=message).exists()
-    assert not Message.objects.get(reply_to=message).text.startswith("(I restarted")
+    assert not Message.objects.get(reply_to=message).text.startswith("(I was interrupted")
 
 
 @pytest.mark.parametrize(("who", "status"), [("owner", 200), ("other", 404), ("staff", 404)])
@@ -145,6 +147,15 @@ def test_the_recovered_context_is_shown_only_to_the_owner(chat, who, status):
             or "What's my goal" in html
         )
         assert "(a worker process stopped) and picked up" in html
+        # A short document in the banner's words: one h1, sections under it, and the engine's
+        # own rendering (with its jargon) only in the collapsed technical details.
+        assert html.count("<h1") == 1
+        document, technical = html.split('<details class="technical" data-technical-details>')
+        for heading in ("My notes on this conversation", "What I remember about you"):
+            assert f"<h2>{heading}</h2>" in document
+        for jargon in ("handoff", "checkpoint", "task-state", "long-term memory"):
+            assert jargon not in document.split("<main")[1].lower()
+        assert "long-term memory" in technical.lower()  # collapsed: no `open` attribute
 
 
 def test_anonymous_users_are_sent_to_log_in(chat):
@@ -187,7 +198,7 @@ def test_a_resume_from_pause_is_told_as_such(chat):
     drain_conversation(conversation_id=chat.pk)
     assert Recovery.objects.get(message=message).kind == "pause"
     assert Message.objects.get(reply_to=message).text.startswith(
-        "(I restarted after a pause after repeated crashes"
+        "(I was interrupted — repeated crashes paused this conversation"
     )
 
 
