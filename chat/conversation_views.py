@@ -31,7 +31,7 @@ from continuity.selectors import (
     search_finds_word_forms,
 )
 
-from .exports import export_json, export_markdown
+from .exports import export_json, export_markdown, export_zone
 from .forms import BrainForm
 from .rendering import markdown_plain
 from .views import login_required_or_401, own_conversation
@@ -166,7 +166,7 @@ def export_name(conversation: Conversation, extension: str) -> str:
 def export_markdown_view(request: HttpRequest, pk: int) -> HttpResponse:
     conversation = own_conversation(request, pk)
     return download(
-        export_markdown(conversation),
+        export_markdown(conversation, export_zone(request.GET.get("tz"))),
         content_type="text/markdown; charset=utf-8",
         name=export_name(conversation, "md"),
     )
@@ -178,7 +178,11 @@ def export_markdown_view(request: HttpRequest, pk: int) -> HttpResponse:
 def export_json_view(request: HttpRequest, pk: int) -> HttpResponse:
     conversation = own_conversation(request, pk)
     return download(
-        json.dumps(export_json(conversation), ensure_ascii=False, indent=2),
+        json.dumps(
+            export_json(conversation, export_zone(request.GET.get("tz"))),
+            ensure_ascii=False,
+            indent=2,
+        ),
         content_type="application/json",
         name=export_name(conversation, "json"),
     )

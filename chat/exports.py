@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
 from continuity.models import Conversation, Message
 
 from .rendering import markdown_closed
@@ -12,16 +15,34 @@ def export_messages(conversation: Conversation):
     return conversation.messages.filter(hidden_with__isnull=True).order_by("id")
 
 
-def export_markdown(conversation: Conversation) -> str:
+def export_zone(name: str | None) -> ZoneInfo:
+    """The reader's time zone, as their browser names it (the page adds it to the export's
+    link); UTC when it is missing or unknown."""
+    try:
+        return ZoneInfo(name) if name else ZoneInfo("UTC")
+    except (ZoneInfoNotFoundError, ValueError):
+        return ZoneInfo("UTC")
+
+
+def export_time(at: datetime, zone: ZoneInfo) -> str:
+    """A time in the reader's zone with its UTC offset: 2026-11-28 12:06:12 +01:00."""
+    local = at.astimezone(zone)
+    offset = f"{local:%z}"  # +0100
+    return f"{local:%Y-%m-%d %H:%M:%S} {offset[:3]}:{offset[3:]}"
+
+
+def export_markdown(conversation: Conversation, zone: ZoneInfo | None = None) -> str:
+    zone = zone or ZoneInfo("UTC")
     lines = [
         f"# {conversation}",
         "",
-        f"Exported from Continuity. Started {conversation.created_at:%Y-%m-%d %H:%M} UTC.",
+        f"Exported from Continuity. Started {export_time(conversation.created_at, zone)}. "
+        f"Times are in {zone.key}, with their offset from UTC.",
         "",
     ]
     for message in export_messages(conversation):
         who = "You" if message.role == Message.Role.USER else "Assistant"
-        lines += [f"## {who} · {message.created_at:%Y-%m-%d %H:%M:%S} UTC", ""]
+        lines += [f"## {who} · {export_time(message.created_at, zone)}", ""]
         if message.role == Message.Role.USER and message.state == Message.State.DEAD:
             lines += ["*(This message could not be processed.)*", ""]
         if message.stopped or message.cut_off:
@@ -37,11 +58,13 @@ def ending_of(message: Message) -> str:
     return "Cut off: the model reached its length limit."
 
 
-def export_json(conversation: Conversation) -> dict:
+def export_json(conversation: Conversation, zone: ZoneInfo | None = None) -> dict:
+    zone = zone or ZoneInfo("UTC")
     return {
         "id": conversation.pk,
         "title": str(conversation),
-        "created_at": conversation.created_at.isoformat(),
+        "time_zone": zone.key,
+        "created_at": conversation.created_at.astimezone(zone).isoformat(),
         "archived": conversation.archived_at is not None,
         "messages": [
             {
@@ -49,7 +72,7 @@ def export_json(conversation: Conversation) -> dict:
                 "role": message.role,
                 "state": message.state,
                 "text": message.text,
-                "created_at": message.created_at.isoformat(),
+                "created_at": message.created_at.astimezone(zone).isoformat(),
                 "reply_to": message.reply_to_id,
                 "stopped": message.stopped,
                 "cut_off": message.cut_off,

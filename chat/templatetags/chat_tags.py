@@ -34,7 +34,7 @@ def staff_are_mailed() -> bool:
 
 
 @register.simple_tag
-def message_time(at: datetime) -> SafeString:
+def local_time(at: datetime) -> SafeString:
     """When a message was written, in the server's time zone (named); chat.js rewrites the
     text into the reader's own time zone and keeps the full date in the title."""
     at = timezone.localtime(at)

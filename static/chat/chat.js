@@ -310,6 +310,17 @@
     });
   }
 
+  // Exports are written in the reader's time zone, with its offset from UTC.
+  function exportsInLocalTime(root) {
+    const zone = Intl.DateTimeFormat().resolvedOptions().timeZone;
+    if (!zone) return;
+    root.querySelectorAll("a[data-in-local-time]").forEach((link) => {
+      const url = new URL(link.href, location.href);
+      url.searchParams.set("tz", zone);
+      link.href = url.pathname + url.search;
+    });
+  }
+
   const onMac = /Mac|iPhone|iPad/.test(navigator.platform || navigator.userAgent);
 
   function enhance(root) {
@@ -317,6 +328,7 @@
     root.querySelectorAll(".markdown pre").forEach(scrollableByKeyboard);
     addCopyButtons(root);
     localTimes(root);
+    exportsInLocalTime(root);
     if (onMac) root.querySelectorAll("kbd[data-mod-key]").forEach((kbd) => (kbd.textContent = "⌘"));
   }
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from datetime import UTC, datetime
 
 import pytest
 from django.db import connection
@@ -188,6 +189,25 @@ def test_export_markdown_and_json(chat):
     assert [(m["role"], m["text"]) for m in exported["messages"]] == [
         ("user", "Let us ship the compiler")
     ]
+
+
+def test_export_writes_times_in_the_readers_zone_with_the_offset(chat):
+    Message.objects.filter(conversation=chat).update(
+        created_at=datetime(2026, 7, 1, 17, 30, 5, tzinfo=UTC)
+    )
+    client = client_for("owner", chat)
+    url = reverse("chat:export_md", args=[chat.pk])
+    markdown = client.get(url, {"tz": "America/New_York"}).content.decode()
+    assert "## You · 2026-07-01 13:30:05 -04:00" in markdown
+    assert "Times are in America/New_York, with their offset from UTC." in markdown
+    exported = json.loads(
+        client.get(reverse("chat:export_json", args=[chat.pk]), {"tz": "Asia/Kolkata"}).content
+    )
+    assert exported["time_zone"] == "Asia/Kolkata"
+    assert exported["messages"][0]["created_at"] == "2026-07-01T23:00:05+05:30"
+    # Without a zone, or with one that does not exist: UTC, still with its offset.
+    for zone in ({}, {"tz": "Mars/Olympus"}):
+        assert "## You · 2026-07-01 17:30:05 +00:00" in client.get(url, zone).content.decode()
 
 
 def test_the_sidebar_shows_the_newest_fifty_and_links_to_the_rest(chat):

@@ -306,7 +306,9 @@ def test_attempts_pruned_by_retention_are_shown_from_the_snapshot(staff):
     Run.objects.all().delete()
     html = staff.get(reverse("dashboard:dead_letter", args=[dead_letter.pk])).content.decode()
     assert 'data-attempt="1"' in html and "ValueError: the brain tripped" in html
-    assert re.search(r"<dt>Started</dt><dd>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d</dd>", html)
+    assert re.search(
+        r"<dt>Started</dt><dd><time [^>]+>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d</time></dd>", html
+    )
 
 
 def test_a_poll_after_the_session_ended_reloads_the_page(client):

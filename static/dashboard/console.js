@@ -1,0 +1,52 @@
+// The staff console shows times in UTC, in one format, and says so once. A viewer may switch
+// to their own time zone (kept for this browser); the UTC time stays in each title.
+(() => {
+  "use strict";
+
+  const KEY = "continuity:console-clock";
+  const pad = (n) => String(n).padStart(2, "0");
+
+  function shown(at, precision, local) {
+    const parts = local
+      ? [at.getFullYear(), at.getMonth() + 1, at.getDate(), at.getHours(), at.getMinutes(), at.getSeconds()]
+      : [at.getUTCFullYear(), at.getUTCMonth() + 1, at.getUTCDate(), at.getUTCHours(), at.getUTCMinutes(), at.getUTCSeconds()];
+    const [year, month, day, hour, minute, second] = parts.map(pad);
+    const time = precision === "seconds" ? `${hour}:${minute}:${second}` : `${hour}:${minute}`;
+    return `${year}-${month}-${day} ${time}`;
+  }
+
+  function showTimes(local) {
+    document.querySelectorAll("time[data-utc-time]").forEach((el) => {
+      const at = new Date(el.getAttribute("datetime"));
+      if (Number.isNaN(at.getTime())) return;
+      el.textContent = shown(at, el.dataset.utcTime, local);
+      el.title = `${shown(at, "seconds", false)} UTC`;
+    });
+  }
+
+  function setUp() {
+    const note = document.querySelector("[data-console-clock]");
+    const zone = Intl.DateTimeFormat().resolvedOptions().timeZone;
+    if (!note || !zone || zone === "UTC") return;
+    let local = localStorage.getItem(KEY) === "local";
+    const button = document.createElement("button");
+    button.type = "button";
+    button.className = "secondary";
+    const say = () => {
+      note.firstChild.textContent = local ? `Times are in your time zone (${zone}). ` : "Times are in UTC. ";
+      button.textContent = local ? "Show UTC" : `Show my time zone (${zone})`;
+      showTimes(local);
+    };
+    button.addEventListener("click", () => {
+      local = !local;
+      localStorage.setItem(KEY, local ? "local" : "utc");
+      say();
+    });
+    note.append(button);
+    say();
+  }
+
+  document.addEventListener("DOMContentLoaded", setUp);
+  // The overview refreshes its tables with htmx: their times follow the chosen clock too.
+  document.addEventListener("htmx:afterSettle", () => showTimes(localStorage.getItem(KEY) === "local"));
+})();

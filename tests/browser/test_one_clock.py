@@ -1,0 +1,84 @@
+"""One clock: every time a person sees is in their own time zone, in one format; exports carry
+the offset; the staff console keeps UTC, says so once, and shows the viewer's zone on request."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+
+import pytest
+from playwright.sync_api import Browser, expect
+
+from continuity.context.memory import memory_remember
+from continuity.models import DeadLetter, Message
+from tests.browser.helpers import log_in
+from tests.dashboard.console import dead_letter_make
+from tests.factories import ConversationFactory, MessageFactory, UserFactory
+from tests.processes import WebProcess
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+# 17:30 UTC on 1 July 2026 is 13:30 in New York (EDT, UTC−4).
+AT = datetime(2026, 7, 1, 17, 30, 5, tzinfo=UTC)
+ZONE = "America/New_York"
+
+
+@pytest.fixture
+def site(processes):
+    return processes.add(WebProcess())
+
+
+@pytest.fixture
+def page(browser: Browser):
+    context = browser.new_context(timezone_id=ZONE, locale="en-US")
+    yield context.new_page()
+    context.close()
+
+
+def test_a_person_sees_every_time_in_their_own_zone(page, site):
+    user = UserFactory()
+    conversation = ConversationFactory(owner=user)
+    message = MessageFactory(conversation=conversation, text="My name is Ada")
+    Message.objects.filter(pk=message.pk).update(created_at=AT)
+    memory_remember(owner_id=user.pk, key="name", value="Ada")
+    user.memory_facts.update(updated_at=AT)
+
+    log_in(page, site, user.username)
+    page.goto(f"{site.url}/c/{conversation.pk}/")
+    bubble_time = page.locator(f"#exchange-{message.pk} time")
+    expect(bubble_time).to_have_text(re.compile(r"^Jul 1, 01:30 PM$"))
+    expect(bubble_time).to_have_attribute("title", re.compile("Wednesday, July 1, 2026"))
+    export = page.locator("a[data-in-local-time]").first  # in the closed options menu
+    expect(export).to_have_attribute("href", re.compile(r"\?tz=America%2FNew_York$"))
+    exported = page.request.get(f"{site.url}{export.get_attribute('href')}").text()
+    assert "## You · 2026-07-01 13:30:05 -04:00" in exported
+
+    for path in ("/memory/", "/conversations/"):
+        page.goto(f"{site.url}{path}")
+        times = page.locator("main time[data-local-time]")
+        expect(times.first).to_be_attached()
+        if path == "/memory/":
+            expect(times.first).to_have_text("Jul 1, 01:30 PM")
+
+
+def test_the_console_says_utc_once_and_shows_the_viewers_zone_on_request(page, site):
+    staff = UserFactory(is_staff=True)
+    dead_letter = dead_letter_make(ConversationFactory(owner=UserFactory()))
+    DeadLetter.objects.filter(pk=dead_letter.pk).update(created_at=AT)
+
+    log_in(page, site, staff.username)
+    page.goto(f"{site.url}/dashboard/dead-letters/{dead_letter.pk}/")
+    clock = page.locator("[data-console-clock]")
+    expect(clock).to_contain_text("Times are in UTC.")
+    expect(page.get_by_text(re.compile(r"\bUTC\b"))).to_have_count(1)  # said once
+    dead_lettered = page.locator(f'time[datetime="{AT.isoformat()}"]')
+    expect(dead_lettered).to_have_text("2026-07-01 17:30:05")
+
+    clock.get_by_role("button", name=f"Show my time zone ({ZONE})").click()
+    expect(clock).to_contain_text(f"Times are in your time zone ({ZONE}).")
+    expect(dead_lettered).to_have_text("2026-07-01 13:30:05")
+    expect(dead_lettered).to_have_attribute("title", "2026-07-01 17:30:05 UTC")
+    page.reload()  # the choice is kept
+    expect(dead_lettered).to_have_text("2026-07-01 13:30:05")
+    clock.get_by_role("button", name="Show UTC").click()
+    expect(dead_lettered).to_have_text("2026-07-01 17:30:05")
