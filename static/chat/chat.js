@@ -431,12 +431,31 @@
     if (form) formError(form, "");
   });
 
-  // An older page of exchanges arrived (scrolling up): copy buttons, local times and so on.
+  // Scrolling up loads one older page at a time, and the exchange the reader was on stays where
+  // it was on screen: the older page goes in above it and the view moves down by its height
+  // (the browser's own scroll anchoring is off for the exchanges, see app.css). Left at the
+  // top instead, the next page's marker would show at once and load every page in a cascade.
+  let olderAnchor = null; // {exchange, top} while an older page is swapped in
+  const loadsOlder = (event) => event.detail.requestConfig?.elt?.matches?.("[data-load-older]");
+
+  document.addEventListener("htmx:beforeSwap", (event) => {
+    if (!loadsOlder(event)) return;
+    const exchange = event.detail.requestConfig.elt.nextElementSibling;
+    if (exchange) olderAnchor = { exchange, top: exchange.getBoundingClientRect().top };
+  });
+
+  // An older page of exchanges arrived: back to the reader's place, then copy buttons, local
+  // times and so on.
+  // htmx sends afterSwap once per element of the page, after the whole page went in.
   document.addEventListener("htmx:afterSwap", (event) => {
-    if (!event.detail.requestConfig?.elt?.matches?.("[data-load-older]")) return;
+    if (!loadsOlder(event) || !olderAnchor) return;
     const box = exchangesBox();
-    enhance(box);
+    enhance(box); // first: its copy buttons make the new exchanges taller
     box.querySelectorAll("[data-exchange]").forEach((el) => noteState(el, { quietly: true }));
+    if (olderAnchor.exchange.isConnected) {
+      scroller().scrollTop += olderAnchor.exchange.getBoundingClientRect().top - olderAnchor.top;
+    }
+    olderAnchor = null;
   });
 
   document.addEventListener("htmx:responseError", (event) => {

@@ -151,3 +151,57 @@ def test_older_exchanges_load_when_scrolling_up(page: Page, site):
     # What was in view stays in view: the older exchanges went above it.
     texts = page.locator("article.exchange .bubble.user .text").all_inner_texts()
     assert texts == [f"Question {n}" for n in range(70)]
+
+
+# Where the exchange just below the "load older" marker is on screen right before an older page
+# is swapped in, and one frame after it settled: how far the reader's place moved.
+RECORD_OLDER_PAGE_SHIFTS = """
+window.__olderShifts = [];
+let anchor = null;
+const loadsOlder = (event) => event.detail.requestConfig?.elt?.matches?.("[data-load-older]");
+document.addEventListener("htmx:beforeSwap", (event) => {
+  if (!loadsOlder(event)) return;
+  const exchange = event.detail.requestConfig.elt.nextElementSibling;
+  anchor = [exchange, exchange.getBoundingClientRect().top];
+});
+document.addEventListener("htmx:afterSettle", (event) => {
+  if (!loadsOlder(event) || !anchor) return;
+  const [exchange, top] = anchor;
+  anchor = null; // settled once per element of the page: measured once
+  requestAnimationFrame(() => {
+    window.__olderShifts.push([exchange.id, exchange.getBoundingClientRect().top - top]);
+  });
+});
+"""
+
+
+def test_scrolling_up_with_the_wheel_loads_one_page_at_a_time_and_keeps_the_readers_place(
+    page: Page, site
+):
+    user = UserFactory()
+    chat = ConversationFactory(owner=user)
+    for n in range(100):
+        answered(chat, f"Question {n}")
+    log_in(page, site, user.username)
+    page.add_init_script(RECORD_OLDER_PAGE_SHIFTS)
+    page.goto(f"{site.url}/c/{chat.pk}/")
+    exchanges = page.locator("article.exchange")
+    expect(exchanges).to_have_count(30)
+    box = page.locator("#exchanges").bounding_box()
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+
+    for loaded in (30, 60, 90):
+        while exchanges.count() == loaded:
+            page.mouse.wheel(0, -200)
+            page.wait_for_timeout(50)  # notch by notch, as a person scrolls
+        expect(exchanges).to_have_count(min(loaded + 30, 100))  # one page, not a cascade
+        page.wait_for_timeout(300)  # a cascade would load the next page by now
+        assert exchanges.count() == min(loaded + 30, 100)
+        assert page.locator("#exchanges").evaluate("el => el.scrollTop") > 0
+    expect(exchanges.first).to_contain_text("Question 0")
+    shifts = wait_for(
+        lambda: (found := page.evaluate("window.__olderShifts")) and len(found) == 3 and found,
+        timeout=5,
+        what="the three page loads measured",
+    )
+    assert all(abs(shift) < 50 for _, shift in shifts), shifts
