@@ -21,6 +21,7 @@ from .throttles import rate_limit_wait
 from .views import (
     PAGE,
     conversation_url,
+    focus_exchange,
     login_required_or_401,
     made_again_through_outages,
     own_conversation,
@@ -58,7 +59,7 @@ def refused(request: HttpRequest, message: Message, text: str, status: int) -> H
 def done(request: HttpRequest, message: Message, anchor_id: int) -> HttpResponse:
     """204 for htmx (the page learns what changed over its websocket), else back to the page."""
     if request.htmx:
-        return HttpResponse(status=204)
+        return focus_exchange(HttpResponse(status=204), anchor_id)
     return redirect(f"{conversation_url(message.conversation)}#exchange-{anchor_id}")
 
 

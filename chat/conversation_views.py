@@ -106,7 +106,8 @@ def conversation_delete_view(request: HttpRequest, pk: int) -> HttpResponse:
         )
     title = str(conversation)
     conversation_delete(conversation=conversation)
-    messages.success(request, f"“{title}” deleted.")
+    # Focus goes to this notice on the page that follows: what was acted on is gone.
+    messages.success(request, f"“{title}” deleted.", extra_tags="focus")
     return redirect("chat:home")
 
 

@@ -16,7 +16,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
-from django_htmx.http import HttpResponseClientRedirect
+from django_htmx.http import HttpResponseClientRedirect, trigger_client_event
 
 from continuity.context.tokens import message_too_long
 from continuity.database.outages import database_unreachable
@@ -291,7 +291,7 @@ def reply_stop_view(request: HttpRequest, pk: int, message_pk: int) -> HttpRespo
         status = 409
     if not request.htmx:
         return redirect(conversation_url(conversation))
-    return HttpResponse(status=status)
+    return focus_exchange(HttpResponse(status=status), message.pk)
 
 
 @never_cache
@@ -305,8 +305,11 @@ def message_retry_view(request: HttpRequest, pk: int, message_pk: int) -> HttpRe
         conversation.messages, pk=message_pk, role=Message.Role.USER, state=Message.State.DEAD
     )
     dead_letter = get_object_or_404(DeadLetter, message=message)
+    asked_again = None
     try:
-        dead_letter_retry(dead_letter=dead_letter, by=request.user, reason="Retried by its owner.")
+        asked_again = dead_letter_retry(
+            dead_letter=dead_letter, by=request.user, reason="Retried by its owner."
+        )
         status, said = 204, ""
     except InvalidTransition as refused:
         # Staff (or another tab) dealt with it first, or it failed again after the person's
@@ -317,7 +320,15 @@ def message_retry_view(request: HttpRequest, pk: int, message_pk: int) -> HttpRe
         if said:
             messages.info(request, said)
         return redirect(conversation_url(conversation))
-    return HttpResponse(said, status=status)
+    response = HttpResponse(said, status=status)
+    return focus_exchange(response, asked_again.pk) if asked_again else response
+
+
+def focus_exchange(response: HttpResponse, message_id: int) -> HttpResponse:
+    """An in-thread action's answer names the exchange that keyboard focus goes to once the
+    page shows it: the one acted on, or the one that replaced it (a new version, the message
+    asked again)."""
+    return trigger_client_event(response, "continuity:focus-exchange", {"id": message_id})
 
 
 def conversation_url(conversation: Conversation) -> str:

@@ -122,6 +122,41 @@
     return (older && id < Number(older.dataset.loadOlder)) || (end && id >= end);
   }
 
+  // Keyboard focus follows what it was on: an in-thread action's answer names the exchange
+  // to focus (the one acted on, or its replacement: a new version, the message asked again),
+  // which may reach the page only later, over the websocket; and an exchange rendered again
+  // while focus is inside it keeps focus on the same control, or on itself.
+  let focusWanted = null; // the message id of the exchange to focus once it is shown
+
+  function focusExchange(id) {
+    const exchange = document.getElementById(`exchange-${id}`);
+    if (!exchange || exchange.hidden) {
+      focusWanted = id;
+      return;
+    }
+    focusWanted = null;
+    exchange.tabIndex = -1;
+    exchange.focus();
+  }
+
+  document.addEventListener("continuity:focus-exchange", (event) => focusExchange(event.detail.id));
+
+  // Controls that a new rendering of an exchange has again, found by what they are.
+  const SAME_CONTROLS = ["[data-stop]", "[data-retry-message]", "[data-regenerate] button",
+    "[data-continue] button", "[data-edit] > summary", "[data-earlier-attempts] > summary",
+    "[data-recovery] a", ".copy"];
+
+  function keepFocus(current, incoming) {
+    const focused = document.activeElement;
+    if (!focused || focused === document.body || !current.contains(focused)) return null;
+    return () => {
+      const same = SAME_CONTROLS.find((control) => focused.matches(control));
+      const target = (same && incoming.querySelector(same)) || incoming;
+      if (target === incoming) incoming.tabIndex = -1;
+      target.focus({ preventScroll: true });
+    };
+  }
+
   function upsertExchange(box, incoming) {
     const current = document.getElementById(incoming.id);
     const id = Number(incoming.dataset.messageId);
@@ -138,6 +173,7 @@
       current?.remove();
       return;
     }
+    const refocus = current && keepFocus(current, incoming);
     if (current) current.replaceWith(incoming);
     else {
       if (outsideWindow(box, id)) return;
@@ -149,6 +185,8 @@
     htmx.process(incoming); // its Stop and Retry forms post with htmx (and the CSRF header)
     enhance(incoming);
     noteState(incoming);
+    refocus?.();
+    if (id === focusWanted) focusExchange(id);
   }
 
   function upsertFragment(fragment) {
@@ -700,6 +738,7 @@
   document.addEventListener("DOMContentLoaded", () => {
     restoreDraft();
     enhance(document);
+    document.querySelector("[data-focus-on-load]")?.focus(); // e.g. "“Trip plans” deleted."
     const toggle = drawerToggle();
     if (toggle) {
       toggle.setAttribute("role", "button");

@@ -122,7 +122,9 @@ def test_delete_asks_first_then_removes_everything(chat):
     response = client.post(reverse("chat:delete", args=[chat.pk]))
     assert response.status_code == 302 and response["Location"] == reverse("chat:home")
     home = client.get(response["Location"]).content.decode()
-    assert '<p class="notice">“Compiler plans” deleted.</p>' in home
+    assert (
+        '<p class="notice" tabindex="-1" data-focus-on-load>“Compiler plans” deleted.</p>' in home
+    )
     assert not Conversation.objects.filter(pk=chat.pk).exists()
     assert not Message.objects.filter(conversation_id=chat.pk).exists()
     assert client.get(reverse("chat:conversation", args=[chat.pk])).status_code == 404
