@@ -23,7 +23,13 @@ from django.template.loader import render_to_string
 
 from continuity.live.events import conversation_group, session_group, user_group
 from continuity.models import Conversation
-from continuity.selectors import conversation_status, exchanges_of, newest_message_id
+from continuity.selectors import (
+    SIDEBAR_SIZE,
+    conversation_status,
+    exchanges_of,
+    newest_message_id,
+    sidebar_conversations_of,
+)
 
 logger = logging.getLogger(__name__)
 PAGE = "chat/conversation.html"
@@ -54,6 +60,7 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
         self.owed_lock = threading.Lock()
         self.owed_ids: set[int] = set()
         self.owed_status = False
+        self.owed_sidebar = False
         self.rendering_ids: set[int] = set()
         # Chunks of the messages being rendered: that rendering may have read the database
         # before they were stored, so they follow it.
@@ -157,6 +164,11 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
             self.owed_status = True
         self.render_owed_soon()
 
+    async def conversations_changed(self, event: dict) -> None:
+        with self.owed_lock:
+            self.owed_sidebar = True
+        self.render_owed_soon()
+
     async def conversation_deleted(self, event: dict) -> None:
         await self.close(code=CONVERSATION_DELETED)
 
@@ -177,8 +189,10 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
 
     async def render_owed(self) -> None:
         try:
-            while self.owed_ids or self.owed_status:
-                html, status = await self.render_owed_now()
+            while self.owed_ids or self.owed_status or self.owed_sidebar:
+                html, status, sidebar = await self.render_owed_now()
+                if sidebar is not None:
+                    await self.send_json({"type": "conversations", "html": sidebar})
                 # The status goes in the same frame as the exchanges it follows from, so the
                 # page never paints one without the other (a partial reply marked interrupted
                 # with no word of what happens next, or the other way round).
@@ -235,14 +249,27 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
         return up_to, self.exchanges_html(wanted)
 
     @database_sync_to_async
-    def render_owed_now(self) -> tuple[str, str | None]:
-        """The exchanges of the changed messages, and the status if it is owed: what is taken
-        here is read after the changes were committed."""
+    def render_owed_now(self) -> tuple[str, str | None, str | None]:
+        """The exchanges of the changed messages, and the status and the sidebar if they are
+        owed: what is taken here is read after the changes were committed."""
         with self.owed_lock:
             self.rendering_ids, self.owed_ids = self.owed_ids, set()
             status_owed, self.owed_status = self.owed_status, False
+            sidebar_owed, self.owed_sidebar = self.owed_sidebar, False
         html = self.exchanges_html(self.rendering_ids) if self.rendering_ids else ""
-        return html, self.status_html() if status_owed else None
+        status = self.status_html() if status_owed else None
+        return html, status, self.sidebar_html() if sidebar_owed else None
+
+    def sidebar_html(self) -> str:
+        return render_to_string(
+            f"{PAGE}#sidebar_list",
+            {
+                "conversations": sidebar_conversations_of(self.conversation.owner_id)[
+                    :SIDEBAR_SIZE
+                ],
+                "conversation": self.conversation,
+            },
+        )
 
     def exchanges_html(self, message_ids: set[int]) -> str:
         return "".join(
@@ -264,8 +291,12 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
         return self.status_html()
 
     def status_html(self) -> str:
+        """The status by the composer, and the title (renamed, titled by the brain, archived)."""
         self.conversation.refresh_from_db()
-        return render_to_string(f"{PAGE}#status", conversation_status(self.conversation))
+        context = conversation_status(self.conversation)
+        return render_to_string(f"{PAGE}#status", context) + render_to_string(
+            f"{PAGE}#title", context
+        )
 
 
 def parse_sync_frame(text: str | None) -> tuple[tuple[int, list[int]] | None, str]:

@@ -27,6 +27,7 @@ from continuity.delivery.inbox import conversation_start, message_accept
 from continuity.errors import ClientIdReused, InvalidTransition
 from continuity.models import Conversation, DeadLetter, Message
 from continuity.selectors import (
+    SIDEBAR_SIZE,
     conversation_status,
     conversations_of,
     exchange_as_accepted,
@@ -40,7 +41,6 @@ from .throttles import rate_limit_wait
 
 PAGE = "chat/conversation.html"
 logger = logging.getLogger(__name__)
-SIDEBAR_SIZE = 50  # the newest; the rest are one click away, on the paginated list
 TOO_FAST = {
     "send": "You are sending messages faster than the assistant can answer. "
     "Wait {seconds} s, then send again: your text is still here.",

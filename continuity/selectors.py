@@ -85,6 +85,9 @@ def conversations_of(owner) -> QuerySet[Conversation]:
     return Conversation.objects.filter(owner=owner)
 
 
+SIDEBAR_SIZE = 50  # the newest; the rest are one click away, on the paginated list
+
+
 def sidebar_conversations_of(owner) -> QuerySet[Conversation]:
     return conversations_of(owner).filter(archived_at__isnull=True)
 

@@ -11,7 +11,11 @@ from django.utils import timezone
 
 from ..context.handoffs import handoff_for_pause
 from ..errors import InvalidMessage, InvalidTransition
-from ..live.events import publish_conversation_changed, publish_conversation_deleted
+from ..live.events import (
+    publish_conversation_changed,
+    publish_conversation_deleted,
+    publish_conversations_changed,
+)
 from ..models import Alert, Conversation, CrashRecord, Run, StaffAction
 from .alerts import alert_mail
 from .audit import staff_action_record
@@ -35,7 +39,11 @@ def conversation_pause(*, conversation: Conversation, reason: str) -> Alert:
     )
     logger.error(text)
     transaction.on_commit(lambda: alert_mail(subject="Conversation paused", text=text))
-    transaction.on_commit(lambda: publish_conversation_changed(conversation_id=conversation.pk))
+    transaction.on_commit(
+        lambda: publish_conversation_changed(
+            conversation_id=conversation.pk, owner_id=conversation.owner_id
+        )
+    )
     return alert
 
 
@@ -58,7 +66,11 @@ def conversation_resume(*, conversation: Conversation, by, reason: str) -> None:
     )
     logger.info("Conversation %s resumed by %s: %s", conversation.pk, by, reason)
     conversation_enqueue(conversation_id=conversation.pk)
-    transaction.on_commit(lambda: publish_conversation_changed(conversation_id=conversation.pk))
+    transaction.on_commit(
+        lambda: publish_conversation_changed(
+            conversation_id=conversation.pk, owner_id=conversation.owner_id
+        )
+    )
 
 
 @transaction.atomic
@@ -80,7 +92,11 @@ def conversation_retry_now(*, conversation: Conversation) -> None:
             f"Conversation {conversation.pk} is not waiting to retry; nothing to retry now."
         )
     conversation_enqueue(conversation_id=conversation.pk)
-    transaction.on_commit(lambda: publish_conversation_changed(conversation_id=conversation.pk))
+    transaction.on_commit(
+        lambda: publish_conversation_changed(
+            conversation_id=conversation.pk, owner_id=conversation.owner_id
+        )
+    )
 
 
 @transaction.atomic
@@ -109,12 +125,22 @@ def conversation_rename(*, conversation: Conversation, title: str) -> None:
     # Not an update of updated_at: renaming does not move the conversation up the sidebar.
     Conversation.objects.filter(pk=conversation.pk).update(title=title, titled_by_owner=True)
     conversation.title = title
+    transaction.on_commit(
+        lambda: publish_conversation_changed(
+            conversation_id=conversation.pk, owner_id=conversation.owner_id
+        )
+    )
 
 
 def conversation_archive(*, conversation: Conversation, archived: bool) -> None:
     """Archived conversations leave the sidebar; they are still answered and found by search."""
     Conversation.objects.filter(pk=conversation.pk).update(
         archived_at=timezone.now() if archived else None
+    )
+    transaction.on_commit(
+        lambda: publish_conversation_changed(
+            conversation_id=conversation.pk, owner_id=conversation.owner_id
+        )
     )
 
 
@@ -126,7 +152,9 @@ def conversation_delete(*, conversation: Conversation) -> None:
     Conversation.objects.select_for_update().filter(pk=conversation_id).first()
     Conversation.objects.filter(pk=conversation_id).delete()
     logger.info("Conversation %s deleted by its owner", conversation_id)
+    owner_id = conversation.owner_id
     transaction.on_commit(lambda: publish_conversation_deleted(conversation_id=conversation_id))
+    transaction.on_commit(lambda: publish_conversations_changed(owner_id=owner_id))
 
 
 def conversation_brain_set(*, conversation: Conversation, brain: str) -> None:

@@ -16,7 +16,7 @@ from continuity.celery import app as celery_app
 
 from .. import sql
 from ..errors import ClientIdReused, InvalidMessage
-from ..live.events import publish_message_changed
+from ..live.events import publish_conversations_changed, publish_message_changed
 from ..models import Conversation, Message
 from .heartbeats import key_delete, redis_client
 
@@ -288,6 +288,7 @@ def conversation_start(*, owner, text: str, client_id: uuid.UUID, brain: str = "
                     owner=owner, title=title_from_text(text), client_id=client_id, brain=brain
                 )
                 message_accept(conversation=conversation, text=text, client_id=client_id)
+                transaction.on_commit(lambda: publish_conversations_changed(owner_id=owner.pk))
             return conversation
         except IntegrityError:
             existing = Conversation.objects.get(owner=owner, client_id=client_id)

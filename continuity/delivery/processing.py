@@ -344,7 +344,9 @@ def conversation_title(*, context: Context, brain: Brain, reply: str) -> None:
     except BackendBusy:  # its server is busy with answers: the first words stay
         return
     if title and conversation.update(title=title):
-        publish_conversation_changed(conversation_id=context.conversation_id)
+        publish_conversation_changed(
+            conversation_id=context.conversation_id, owner_id=context.owner_id
+        )
 
 
 def attempt_end_recorded(run: Run, stopped: Event, **end: object) -> bool:

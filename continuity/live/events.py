@@ -290,8 +290,18 @@ def publish_message_changed(*, conversation_id: int, message_id: int) -> None:
     publish(conversation_id, {"type": "message.changed", "message_id": message_id})
 
 
-def publish_conversation_changed(*, conversation_id: int) -> None:
+def publish_conversation_changed(*, conversation_id: int, owner_id: int | None = None) -> None:
+    """The conversation's state changed: its pages show the status again. With `owner_id`, a
+    change the sidebar shows too (its title, a pause), for every page of its owner."""
     publish(conversation_id, {"type": "conversation.changed"})
+    if owner_id is not None:
+        publish_conversations_changed(owner_id=owner_id)
+
+
+def publish_conversations_changed(*, owner_id: int) -> None:
+    """A conversation of this person was started, titled, renamed, archived, paused, resumed or
+    deleted: their open pages show the sidebar again."""
+    group_publish(user_group(owner_id), {"type": "conversations.changed"})
 
 
 def publish_conversation_deleted(*, conversation_id: int) -> None:

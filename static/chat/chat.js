@@ -688,16 +688,35 @@
       else if (event.type === "reload") reloadKeepingDraft();
       else if (event.type === "chunk") applyChunk(event);
       else if (event.type === "status") showStatus(event.html);
+      else if (event.type === "conversations") showConversations(event.html);
       else if (event.type === "error") console.warn("Continuity:", event.error);
     }
 
+    // The status by the composer, with the conversation's title (renamed, titled after its
+    // first reply, archived).
     function showStatus(html) {
+      const fragment = fragmentOf(html);
       const status = document.getElementById("conversation-status");
-      const incoming = fragmentOf(html).getElementById("conversation-status");
+      const incoming = fragment.getElementById("conversation-status");
       if (status && incoming && !sameStatus(status, incoming)) {
         status.replaceWith(incoming);
         htmx.process(incoming); // its *Retry now* form posts with htmx (and the CSRF header)
       }
+      const title = document.getElementById("conversation-title");
+      const newTitle = fragment.getElementById("conversation-title");
+      if (title && newTitle && title.innerHTML !== newTitle.innerHTML) {
+        title.replaceWith(newTitle);
+        const name = newTitle.firstChild.textContent.trim();
+        document.title = document.title.replace(/^.*?(?= · Continuity$)/, name);
+      }
+    }
+
+    // The person's conversations, as the sidebar lists them: started, titled, renamed,
+    // archived, paused, resumed or deleted, here or in another tab.
+    function showConversations(html) {
+      const list = document.getElementById("conversation-list");
+      const incoming = fragmentOf(html).getElementById("conversation-list");
+      if (list && incoming && list.innerHTML !== incoming.innerHTML) list.replaceWith(incoming);
     }
 
     function open() {
