@@ -754,7 +754,26 @@
     return resyncPending;
   }
 
+  // The account menu is open in the bar on a wide screen, a fold-out on a narrow one.
+  function accountMenu() {
+    const menu = document.querySelector("[data-account-menu]");
+    if (!menu) return;
+    const wide = matchMedia("(min-width: 721px)");
+    const fit = () => (menu.open = wide.matches);
+    wide.addEventListener("change", fit);
+    fit();
+    document.addEventListener("keydown", (event) => {
+      if (event.key !== "Escape" || wide.matches || !menu.open || !menu.contains(event.target)) return;
+      menu.open = false;
+      menu.querySelector("summary").focus();
+    });
+    document.addEventListener("click", (event) => {
+      if (!wide.matches && menu.open && !menu.contains(event.target)) menu.open = false;
+    });
+  }
+
   document.addEventListener("DOMContentLoaded", () => {
+    accountMenu();
     restoreDraft();
     enhance(document);
     document.querySelector("[data-focus-on-load]")?.focus(); // e.g. "“Trip plans” deleted."
