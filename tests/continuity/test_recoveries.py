@@ -10,10 +10,11 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from continuity.context.recoveries import restored_of
+from continuity.context.recoveries import recovery_words, restored_of
 from continuity.delivery.attempts import attempt_begin, attempt_end
 from continuity.delivery.inbox import message_accept
 from continuity.delivery.processing import drain_conversation
+from continuity.errors import MODEL_BUSY, MODEL_UNAVAILABLE
 from continuity.models import Conversation, Handoff, Message, Recovery, RunContext, Summary
 from tests.factories import ConversationFactory, UserFactory
 
@@ -226,3 +227,21 @@ def test_a_message_that_ends_dead_shows_one_outcome_and_its_interruptions_as_det
     details = exchange.split("data-earlier-attempts>")[1].split("</details>")[0]
     assert "Details: 1 earlier attempt was interrupted" in details
     assert details.count("I was interrupted at") == 1
+
+
+def test_a_model_server_outage_is_named_as_such_and_a_wait_for_a_free_slot_is_no_recovery(chat):
+    outage = interrupted_then_resumed(
+        chat, "What's my name?", state="interrupted", error=f"{MODEL_UNAVAILABLE}: refused"
+    )
+    recovery = Recovery.objects.get(message=outage)
+    assert recovery.kind == "model_unavailable"
+    assert recovery_words(recovery).what == "the model server was unavailable"
+    assert Message.objects.get(reply_to=outage).text.startswith(
+        "(I was interrupted — the model server was unavailable — and picked up again"
+    )
+
+    busy = interrupted_then_resumed(
+        chat, "What's my goal?", state="interrupted", error=f"{MODEL_BUSY}: all slots taken"
+    )
+    assert not Recovery.objects.filter(message=busy).exists()  # it only waited its turn
+    assert not Message.objects.get(reply_to=busy).text.startswith("(I was interrupted")
