@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo, available_timezones
 
 from continuity.models import Conversation, Message
 
@@ -15,13 +16,15 @@ def export_messages(conversation: Conversation):
     return conversation.messages.filter(hidden_with__isnull=True).order_by("id")
 
 
+@functools.cache
+def zone_names() -> frozenset[str]:
+    return frozenset(available_timezones())
+
+
 def export_zone(name: str | None) -> ZoneInfo:
     """The reader's time zone, as their browser names it (the page adds it to the export's
-    link); UTC when it is missing or unknown."""
-    try:
-        return ZoneInfo(name) if name else ZoneInfo("UTC")
-    except (ZoneInfoNotFoundError, ValueError):
-        return ZoneInfo("UTC")
+    link); UTC when it is missing or not a zone's name."""
+    return ZoneInfo(name if name in zone_names() else "UTC")
 
 
 def export_time(at: datetime, zone: ZoneInfo) -> str:

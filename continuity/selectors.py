@@ -21,7 +21,13 @@ from django.db.models import (
 )
 from django.db.models.functions import Now
 
-from .context.recoveries import WHAT_HAPPENED, RecoveryWords, recovery_words, run_stop_kind
+from .context.recoveries import (
+    WHAT_HAPPENED,
+    RecoveryWords,
+    given_back_unstarted,
+    recovery_words,
+    run_stop_kind,
+)
 from .models import Conversation, Message, Recovery, ReplyChunk, Run
 
 
@@ -235,19 +241,22 @@ def streaming_runs(message_ids: Iterable[int]) -> dict[int, dict]:
 
 
 def interrupted_runs(message_ids: Iterable[int]) -> dict[int, Interrupted]:
-    """For each message waiting to be answered again: its last attempt and what it wrote."""
+    """For each message waiting to be answered again: its last attempt that was interrupted
+    (not one only given back before it began), and what that attempt wrote."""
     ids = list(message_ids)
     if not ids:
         return {}
     # A message has a few attempts at most (its crashes are capped): read them all, keep the last.
-    last_runs = (
+    runs = (
         Run.objects.filter(message_id__in=ids)
         .exclude(state=Run.State.RUNNING)
         .order_by("message_id", "-pk")
+        .only("pk", "message_id", "state", "error", "heartbeat_at", "ended_at")
     )
     latest: dict[int, Run] = {}
-    for run in last_runs:
-        latest.setdefault(run.message_id, run)
+    for run in runs:
+        if not given_back_unstarted(run):
+            latest.setdefault(run.message_id, run)
     texts: dict[int, list[str]] = {}
     chunks = ReplyChunk.objects.filter(run__in=[run.pk for run in latest.values()])
     for run_id, text in chunks.order_by("run_id", "seq").values_list("run_id", "text"):

@@ -13,7 +13,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from ..brains import RecoveryNote
-from ..errors import DATABASE_LOST, MODEL_BUSY, MODEL_UNAVAILABLE
+from ..errors import CONTEXT_TOO_LONG, DATABASE_LOST, MODEL_BUSY, MODEL_UNAVAILABLE
 from ..live.events import publish_message_changed
 from ..models import Alert, Handoff, Message, Recovery, Run, RunContext
 from .handoffs import handoff_latest, handoff_revise, section_text
@@ -27,6 +27,15 @@ WHAT_HAPPENED = {
     Recovery.Kind.FAILED: "an error stopped the answer",
     Recovery.Kind.PAUSE: "repeated crashes paused this conversation until staff resumed it",
 }
+
+
+def given_back_unstarted(run: Run) -> bool:
+    """Whether an attempt was given back before the model wrote anything: it waited for a free
+    slot of a busy model server, or its prompt was refused as too long and the next attempt
+    compacts it. The person saw no interruption, so none is reported."""
+    return run.state == Run.State.INTERRUPTED and run.error.startswith(
+        (MODEL_BUSY, CONTEXT_TOO_LONG)
+    )
 
 
 def run_stop_kind(stopped: Run) -> str:
@@ -60,8 +69,8 @@ def recovery_record(*, run: Run) -> Recovery | None:
     interrupted = earlier.order_by("-pk").first()
     if interrupted is None or interrupted.state not in (Run.State.CRASHED, Run.State.INTERRUPTED):
         return None
-    if interrupted.error.startswith(MODEL_BUSY):
-        return None  # it waited for a free slot of the model server: nothing was interrupted
+    if given_back_unstarted(interrupted):
+        return None  # nothing was interrupted: it waited its turn, or is asked again shorter
     recovery = Recovery.objects.create(
         conversation_id=run.conversation_id,
         message_id=run.message_id,

@@ -96,8 +96,9 @@
   function tickHints(onSlow) {
     const now = performance.now();
     const status = document.getElementById("conversation-status");
-    const waitExplained =
-      tickCountdown(status, now) || !!status?.querySelector("[data-paused], [data-resuming]");
+    // A countdown at zero ("Picking up again now…") still explains the wait.
+    tickCountdown(status, now);
+    const waitExplained = !!status?.querySelector("[data-paused], [data-resuming], [data-retry]");
     const hint = document.querySelector("[data-slow-hint]");
     if (!hint) return;
     const slow = [...document.querySelectorAll("[data-exchange]")].some(
@@ -127,11 +128,14 @@
   // which may reach the page only later, over the websocket; and an exchange rendered again
   // while focus is inside it keeps focus on the same control, or on itself.
   let focusWanted = null; // the message id of the exchange to focus once it is shown
+  let focusWantedUntil = 0; // …if it is shown soon: later, the reader has moved on
+  const FOCUS_WAIT_MS = 15000;
 
   function focusExchange(id) {
     const exchange = document.getElementById(`exchange-${id}`);
     if (!exchange || exchange.hidden) {
       focusWanted = id;
+      focusWantedUntil = performance.now() + FOCUS_WAIT_MS;
       return;
     }
     focusWanted = null;
@@ -186,7 +190,7 @@
     enhance(incoming);
     noteState(incoming);
     refocus?.();
-    if (id === focusWanted) focusExchange(id);
+    if (id === focusWanted && performance.now() < focusWantedUntil) focusExchange(id);
   }
 
   function upsertFragment(fragment) {
@@ -469,6 +473,9 @@
     if (form) formError(form, "");
   });
 
+  // Content swapped in by htmx elsewhere (the memory page's edits) shows times as the rest.
+  document.addEventListener("htmx:load", (event) => localTimes(event.detail.elt));
+
   // Scrolling up loads one older page at a time, and the exchange the reader was on stays where
   // it was on screen: the older page goes in above it and the view moves down by its height
   // (the browser's own scroll anchoring is off for the exchanges, see app.css). Left at the
@@ -707,7 +714,7 @@
       if (title && newTitle && title.innerHTML !== newTitle.innerHTML) {
         title.replaceWith(newTitle);
         const name = newTitle.firstChild.textContent.trim();
-        document.title = document.title.replace(/^.*?(?= · Continuity$)/, name);
+        document.title = document.title.replace(/^.*?(?= · Continuity$)/, () => name);
       }
     }
 
@@ -716,7 +723,10 @@
     function showConversations(html) {
       const list = document.getElementById("conversation-list");
       const incoming = fragmentOf(html).getElementById("conversation-list");
-      if (list && incoming && list.innerHTML !== incoming.innerHTML) list.replaceWith(incoming);
+      if (!list || !incoming || list.innerHTML === incoming.innerHTML) return;
+      const focused = list.contains(document.activeElement) && document.activeElement.getAttribute("href");
+      list.replaceWith(incoming);
+      if (focused) incoming.querySelector(`a[href="${CSS.escape(focused)}"]`)?.focus();
     }
 
     function open() {

@@ -208,7 +208,13 @@ def test_export_writes_times_in_the_readers_zone_with_the_offset(chat):
     assert exported["time_zone"] == "Asia/Kolkata"
     assert exported["messages"][0]["created_at"] == "2026-07-01T23:00:05+05:30"
     # Without a zone, or with one that does not exist: UTC, still with its offset.
-    for zone in ({}, {"tz": "Mars/Olympus"}):
+    for zone in (
+        {},
+        {"tz": "Mars/Olympus"},
+        {"tz": "America"},
+        {"tz": "../etc/passwd"},
+        {"tz": "x" * 5000},
+    ):
         assert "## You · 2026-07-01 17:30:05 +00:00" in client.get(url, zone).content.decode()
 
 

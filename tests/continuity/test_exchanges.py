@@ -7,11 +7,13 @@ import uuid
 from datetime import timedelta
 
 import pytest
+from django.template.loader import render_to_string
 from django.utils import timezone
 
 from continuity.delivery.attempts import attempt_begin
 from continuity.delivery.inbox import message_accept
-from continuity.models import Conversation, Message, ReplyChunk
+from continuity.errors import MODEL_BUSY
+from continuity.models import Conversation, Message, Recovery, ReplyChunk, Run
 from continuity.selectors import conversation_status, exchange_as_accepted, exchanges_of
 from tests.factories import ConversationFactory
 
@@ -100,3 +102,46 @@ def test_the_status_asks_for_a_backoff_only_when_one_is_set(
     conversation.refresh_from_db()
     with django_assert_num_queries(1):
         assert 25 <= conversation_status(conversation)["retry_in"] <= 30
+
+
+def test_a_message_interrupted_again_shows_its_last_partial_reply_and_folds_earlier_banners(
+    conversation,
+):
+    message = send(conversation)
+    now = timezone.now()
+
+    def stopped_run(attempt: int, state: str, error: str, text: str = "") -> Run:
+        run = Run.objects.create(
+            conversation=conversation,
+            message=message,
+            attempt=attempt,
+            state=state,
+            error=error,
+            heartbeat_at=now,
+            ended_at=now,
+        )
+        for seq, word in enumerate(text.split(), start=1):
+            ReplyChunk.objects.create(message=message, run=run, seq=seq, text=f"{word} ")
+        return run
+
+    first = stopped_run(1, Run.State.CRASHED, "Heartbeat stopped", "Nice to")
+    second = stopped_run(2, Run.State.CRASHED, "Heartbeat stopped", "Nice to meet you")
+    Recovery.objects.create(
+        conversation=conversation,
+        message=message,
+        run=second,
+        interrupted_run=first,
+        kind=Recovery.Kind.CRASH,
+        interrupted_at=now,
+    )
+    # Then a wait for a free slot of a busy model server: nothing was interrupted by it.
+    stopped_run(2, Run.State.INTERRUPTED, f"{MODEL_BUSY}: all slots taken")
+    Message.objects.filter(pk=message.pk).update(attempts=2)
+
+    [exchange] = exchanges_of(conversation, message_ids=[message.pk])
+    assert exchange.interrupted.text == "Nice to meet you "
+    assert exchange.interrupted.why == "a worker process stopped"
+    html = render_to_string("chat/conversation.html#exchange", {"exchange": exchange})
+    assert "data-interrupted" in html and "Nice to meet you" in html
+    # The banner of the recovery before is a detail now: the status line is the one notice.
+    assert 'class="banner recovery"' not in html and "data-earlier-attempts" in html
