@@ -1,10 +1,21 @@
-"""How django-axes sees a login client, and what it answers once that client is locked out."""
+"""Login lockout: how django-axes sees a login client, the lock on an address that fails for
+many usernames (password spraying), and what a locked-out client is answered.
+
+Axes locks the combination of a username and an address: someone who forgets their password
+locks only themselves, only from where they are, and not everyone behind the same office or
+school address, nor themselves from everywhere else. An address that fails for many usernames
+is locked too, at a much higher threshold, counted from the same rows axes keeps."""
 
 from __future__ import annotations
 
+from axes.backends import AxesStandaloneBackend
+from axes.exceptions import AxesBackendPermissionDenied
+from axes.models import AccessAttempt
 from django.conf import settings
+from django.db.models import Sum
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.utils import timezone
 from django.utils.cache import add_never_cache_headers
 
 
@@ -22,6 +33,28 @@ def client_ip(request: HttpRequest) -> str | None:
     return request.META.get("REMOTE_ADDR")
 
 
+def address_failures(address: str | None) -> int:
+    """Failed logins from this address within the cool-off, for any usernames."""
+    since = timezone.now() - settings.AXES_COOLOFF_TIME
+    attempts = AccessAttempt.objects.filter(ip_address=address, attempt_time__gte=since)
+    return attempts.aggregate(failures=Sum("failures_since_start"))["failures"] or 0
+
+
+def address_locked(request: HttpRequest, limit: int) -> bool:
+    return address_failures(client_ip(request)) >= limit
+
+
+class LoginLockoutBackend(AxesStandaloneBackend):
+    """Axes' check of the username at this address, and before it the address's own limit."""
+
+    def authenticate(self, request: HttpRequest, username=None, password=None, **kwargs):
+        limit = settings.LOGIN_ADDRESS_FAILURE_LIMIT
+        if request is not None and settings.AXES_ENABLED and address_locked(request, limit):
+            request.axes_locked_out = True  # AxesMiddleware answers with lockout_response
+            raise AxesBackendPermissionDenied("Too many failed logins from this address")
+        return super().authenticate(request, username, password, **kwargs)
+
+
 def lockout_response(
     request: HttpRequest, original_response: HttpResponse | None, credentials: dict | None
 ) -> HttpResponse:
@@ -29,7 +62,11 @@ def lockout_response(
     response = render(
         request,
         "registration/locked_out.html",
-        {"cooloff_minutes": minutes, "failure_limit": settings.AXES_FAILURE_LIMIT},
+        {
+            "cooloff_minutes": minutes,
+            "failure_limit": settings.AXES_FAILURE_LIMIT,
+            "address_limit": settings.LOGIN_ADDRESS_FAILURE_LIMIT,
+        },
         status=429,
     )
     response["Retry-After"] = str(minutes * 60)

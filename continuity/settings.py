@@ -202,16 +202,18 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 # Login brute force: django-axes counts failed logins (on /accounts/login/ and the admin's) per
-# username and, separately, per client address; either reaching the limit locks that username or
-# address out until it has made no attempt for the cool-off. Locking by username means someone
-# can lock a user out for a while, which beats letting them guess that user's password.
+# username at each client address, and chat.lockout adds a much higher limit per address for
+# password spraying; either locks until the cool-off has passed with no attempt. See the README.
 AUTHENTICATION_BACKENDS = [
-    "axes.backends.AxesStandaloneBackend",
+    "chat.lockout.LoginLockoutBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
 AXES_FAILURE_LIMIT = env_int("LOGIN_FAILURE_LIMIT", 5)
 AXES_COOLOFF_TIME = timedelta(minutes=env_float("LOGIN_COOLOFF_MINUTES", 15))
-AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+# A username is locked at one address (the combination), not everywhere and not everyone there;
+# an address failing for many usernames is locked at the much higher limit below.
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+LOGIN_ADDRESS_FAILURE_LIMIT = env_int("LOGIN_ADDRESS_FAILURE_LIMIT", 100)
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_CALLABLE = "chat.lockout.lockout_response"
 # Failed attempts are kept (they expire after the cool-off); a row per successful login would
