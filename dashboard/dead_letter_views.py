@@ -20,7 +20,7 @@ from continuity.delivery.dead_letters import (
     dead_letters_retry,
 )
 from continuity.errors import InvalidMessage, InvalidTransition
-from continuity.models import Conversation, DeadLetter, Message, RunContext, StaffAction
+from continuity.models import Conversation, DeadLetter, Message, Run, RunContext, StaffAction
 
 from .decorators import staff_required
 from .forms import BulkForm, DeadLetterFilterForm, EditAndRetryForm, OptionalReasonForm, ReasonForm
@@ -107,7 +107,16 @@ def attempts_of(dead_letter: DeadLetter) -> list[dict]:
                 **attempt,
                 "snapshot": True,
                 "started_at": parse_datetime(attempt.get("started_at") or ""),
-                "ended_at": parse_datetime(attempt.get("ended_at") or ""),
+                **attempt_end(
+                    Run(
+                        state=attempt.get("state", ""),
+                        started_at=parse_datetime(attempt.get("started_at") or ""),
+                        ended_at=parse_datetime(attempt.get("ended_at") or ""),
+                        # Snapshots taken before it was kept have no heartbeat: the end stands.
+                        heartbeat_at=parse_datetime(attempt.get("heartbeat_at") or "")
+                        or parse_datetime(attempt.get("ended_at") or ""),
+                    )
+                ),
             }
             for attempt in dead_letter.attempts
         ]
@@ -119,14 +128,30 @@ def attempts_of(dead_letter: DeadLetter) -> list[dict]:
             "state": run.get_state_display(),
             "worker": run.worker or run.node,
             "started_at": run.started_at,
-            "ended_at": run.ended_at,
-            "duration": run.ended_at - run.started_at if run.ended_at else None,
+            **attempt_end(run),
             "error": run.error,
             "traceback": run.traceback,
             "context": run_context_text(contexts[run.pk]) if run.pk in contexts else "",
         }
         for run in runs
     ]
+
+
+def attempt_end(run) -> dict:
+    """When an attempt really ended, and when that was noticed. A crashed process wrote
+    nothing at its death: its last heartbeat is its last sign of life, and `ended_at` is when
+    the watchdog noticed, up to a heartbeat TTL later. The duration runs to the real end."""
+    if run.state == Run.State.CRASHED and run.heartbeat_at is not None:
+        return {
+            "ended_at": run.heartbeat_at,
+            "noticed_at": run.ended_at,
+            "duration": run.heartbeat_at - run.started_at if run.started_at else None,
+        }
+    return {
+        "ended_at": run.ended_at,
+        "noticed_at": None,
+        "duration": run.ended_at - run.started_at if run.ended_at and run.started_at else None,
+    }
 
 
 def detail_page(request, dead_letter, *, forms=None, status=200) -> HttpResponse:

@@ -25,6 +25,7 @@ def attempts_snapshot(message: Message) -> list[dict]:
             "worker": run.worker,
             "started_at": run.started_at.isoformat(),
             "ended_at": run.ended_at.isoformat() if run.ended_at else None,
+            "heartbeat_at": run.heartbeat_at.isoformat(),
             "error": run.error,
             "traceback": run.traceback,
         }

@@ -314,3 +314,39 @@ def test_attempts_pruned_by_retention_are_shown_from_the_snapshot(staff):
 def test_a_poll_after_the_session_ended_reloads_the_page(client):
     response = client.get(reverse("dashboard:index"), headers={"HX-Request": "true"})
     assert response.status_code == 204 and response["HX-Refresh"] == "true"
+
+
+def test_a_crashed_attempt_lasts_until_its_last_sign_of_life_not_until_it_was_noticed(staff):
+    dead_letter = dead_letter_make(ConversationFactory())
+    started = timezone.now() - timedelta(seconds=30)
+    # The process died 0.1 s in; the watchdog noticed 11.8 s after the start.
+    Run.objects.filter(message=dead_letter.message).update(
+        state=Run.State.CRASHED,
+        started_at=started,
+        heartbeat_at=started + timedelta(milliseconds=100),
+        ended_at=started + timedelta(seconds=11.8),
+    )
+    html = staff.get(reverse("dashboard:dead_letter", args=[dead_letter.pk])).content.decode()
+    facts = html.split('data-attempt="1"')[1].split("</dl>")[0]
+    assert "<dt>Duration</dt><dd>100 ms" in facts
+    assert "Last sign of life" in facts and "Noticed" in facts and "11.8 s" not in facts
+
+
+def test_a_pruned_crashed_attempt_still_ends_at_its_last_sign_of_life(staff):
+    dead_letter = dead_letter_make(ConversationFactory())
+    started = timezone.now() - timedelta(seconds=30)
+    Run.objects.filter(message=dead_letter.message).update(
+        state=Run.State.CRASHED,
+        started_at=started,
+        heartbeat_at=started + timedelta(milliseconds=100),
+        ended_at=started + timedelta(seconds=11.8),
+    )
+    from continuity.delivery.dead_letters import attempts_snapshot
+
+    DeadLetter.objects.filter(pk=dead_letter.pk).update(
+        attempts=attempts_snapshot(dead_letter.message)
+    )
+    Run.objects.all().delete()  # retention
+    html = staff.get(reverse("dashboard:dead_letter", args=[dead_letter.pk])).content.decode()
+    facts = html.split('data-attempt="1"')[1].split("</dl>")[0]
+    assert "Last sign of life" in facts and "Noticed" in facts
