@@ -413,6 +413,8 @@ class StaffAction(models.Model):
         DISCARD = "discard", "Discarded"
         REPLACED_BY_EDIT = "replaced_by_edit", "Replaced by the person's edit"
         RESUME = "resume", "Resumed the conversation"
+        PAUSE = "pause", "Paused the conversation"
+        RETRY_NOW = "retry_now", "Ended the conversation's wait (retry now)"
         ACKNOWLEDGE = "acknowledge", "Acknowledged the alert"
 
     kind = models.CharField(max_length=32, choices=Kind.choices)

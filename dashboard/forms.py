@@ -13,6 +13,14 @@ class ReasonForm(forms.Form):
     reason = forms.CharField(label="Reason", max_length=2000, widget=REASON_WIDGET)
 
 
+class RetryNowForm(forms.Form):
+    reason = forms.CharField(label="Why end its wait now", max_length=2000, widget=REASON_WIDGET)
+
+
+class PauseForm(forms.Form):
+    reason = forms.CharField(label="Why pause it", max_length=2000, widget=REASON_WIDGET)
+
+
 class OptionalReasonForm(forms.Form):
     reason = forms.CharField(
         label="Reason (optional)", max_length=2000, required=False, widget=REASON_WIDGET

@@ -15,9 +15,11 @@ from django.db.models import (
     CharField,
     Count,
     DurationField,
+    Exists,
     ExpressionWrapper,
     F,
     Min,
+    OuterRef,
     Q,
     QuerySet,
     Value,
@@ -213,3 +215,74 @@ def crash_timeline(*, hours: int = 24, crashes: QuerySet[CrashRecord] | None = N
         TimelineBar(start=hour, crashes=counts.get(hour, 0))
         for hour in (first + timedelta(hours=i) for i in range(hours))
     ]
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """A conversation with messages waiting to be answered, and why they wait."""
+
+    conversation: Conversation
+    queued: int
+    waited: timedelta  # since its oldest waiting message was sent
+    why: str
+    next_try_in: timedelta | None  # until the backoff ends, when one is set
+    can_retry_now: bool
+    can_pause: bool
+
+
+WAITING_FOR_WORDS = {
+    Conversation.WaitingFor.MODEL: "The model server is unavailable",
+    Conversation.WaitingFor.MODEL_BUSY: "The model server is busy with other conversations",
+    Conversation.WaitingFor.DATABASE: "The database was unavailable",
+    Conversation.WaitingFor.ATTEMPT: "Backing off after a failed or crashed attempt",
+}
+
+
+def waiting_conversations() -> QuerySet[Conversation]:
+    """Every conversation with a user message still queued, the longest waiting first, with
+    what the Waiting page shows of it (times on the database's clock)."""
+    queued = Q(
+        messages__role=Message.Role.USER,
+        messages__state=Message.State.QUEUED,
+        messages__hidden_with__isnull=True,
+    )
+    return (
+        Conversation.objects.filter(queued)
+        .select_related("owner")
+        .annotate(
+            queued_count=Count("messages", filter=queued, distinct=True),
+            waited=ExpressionWrapper(
+                Now() - Min("messages__created_at", filter=queued),
+                output_field=DurationField(),
+            ),
+            backoff_left=ExpressionWrapper(F("retry_at") - Now(), output_field=DurationField()),
+            answering=Exists(
+                Run.objects.filter(conversation=OuterRef("pk"), state=Run.State.RUNNING)
+            ),
+        )
+        .order_by("-waited", "pk")
+    )
+
+
+def waiting_of(conversation: Conversation) -> Waiting:
+    """One row of the Waiting page, from a conversation of `waiting_conversations()`."""
+    left = conversation.backoff_left
+    backing_off = left is not None and left > timedelta(0)
+    active = conversation.state == Conversation.State.ACTIVE
+    if not active:
+        why = conversation.paused_reason or "Paused"
+    elif conversation.answering:
+        why = "Its turn: an earlier message is being answered"
+    elif backing_off or conversation.waiting_for:
+        why = WAITING_FOR_WORDS[conversation.waiting_for]
+    else:
+        why = "Its turn in the queue: the next free worker takes it"
+    return Waiting(
+        conversation=conversation,
+        queued=conversation.queued_count,
+        waited=conversation.waited,
+        why=why,
+        next_try_in=left if active and backing_off else None,
+        can_retry_now=active and backing_off and not conversation.answering,
+        can_pause=active,
+    )

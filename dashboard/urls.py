@@ -25,6 +25,13 @@ urlpatterns = [
     ),
     path("crashes/", views.crashes, name="crashes"),
     path("paused/", views.paused, name="paused"),
+    path("waiting/", views.waiting, name="waiting"),
+    path(
+        "conversations/<int:pk>/retry-now/",
+        views.conversation_retry_now_view,
+        name="conversation_retry_now",
+    ),
+    path("conversations/<int:pk>/pause/", views.conversation_pause_view, name="conversation_pause"),
     path("conversations/<int:pk>/", views.conversation_detail, name="conversation"),
     path(
         "conversations/<int:pk>/resume/",

@@ -1,4 +1,4 @@
-"""The staff console's overview, crash history, paused conversations and alerts."""
+"""The staff console's overview, crash history, waiting and paused conversations, alerts."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from django.conf import settings
 from django.contrib import messages
 from django.core.paginator import Paginator
 from django.db.models import Count, Max, Q
+from django.forms import Form
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.cache import never_cache
@@ -15,14 +16,19 @@ from django.views.decorators.http import require_GET, require_POST
 
 from continuity.delivery.alerts import alerts_reach_someone
 from continuity.delivery.attempts import db_now_plus
-from continuity.delivery.conversations import alert_acknowledge, conversation_resume
+from continuity.delivery.conversations import (
+    alert_acknowledge,
+    conversation_pause,
+    conversation_resume,
+    conversation_retry_now,
+)
 from continuity.errors import InvalidTransition
 from continuity.models import Alert, Conversation, CrashRecord, StaffAction
 
 from . import selectors
 from .charts import timeline_chart
 from .decorators import staff_required
-from .forms import OptionalReasonForm, ReasonForm
+from .forms import OptionalReasonForm, PauseForm, ReasonForm, RetryNowForm
 
 PAGE_SIZE = 50
 
@@ -88,6 +94,65 @@ def paused(request: HttpRequest) -> HttpResponse:
         "dashboard/paused.html",
         {"page": Paginator(conversations, PAGE_SIZE).get_page(request.GET.get("page"))},
     )
+
+
+def waiting_page(request, *, invalid: tuple[int, str, Form] | None = None, status=200):
+    """`invalid`: (conversation id, action, form) of a refused action, shown with its row."""
+    page = Paginator(selectors.waiting_conversations(), PAGE_SIZE).get_page(request.GET.get("page"))
+    rows = []
+    for conversation in page:
+        row = selectors.waiting_of(conversation)
+        forms = {
+            "retry_now": RetryNowForm(prefix=f"retry-{conversation.pk}"),
+            "pause": PauseForm(prefix=f"pause-{conversation.pk}"),
+        }
+        if invalid and invalid[0] == conversation.pk:
+            forms[invalid[1]] = invalid[2]
+        rows.append((row, forms))
+    return render(request, "dashboard/waiting.html", {"page": page, "rows": rows}, status=status)
+
+
+@never_cache
+@require_GET
+@staff_required
+def waiting(request: HttpRequest) -> HttpResponse:
+    """Sidekiq's Retries and Scheduled in one: every conversation with messages waiting, why,
+    for how long, and when it is tried next."""
+    return waiting_page(request)
+
+
+@require_POST
+@staff_required
+def conversation_retry_now_view(request: HttpRequest, pk: int) -> HttpResponse:
+    conversation = get_object_or_404(Conversation, pk=pk)
+    form = RetryNowForm(request.POST, prefix=f"retry-{pk}")
+    if not form.is_valid():
+        return waiting_page(request, invalid=(pk, "retry_now", form), status=422)
+    try:
+        conversation_retry_now(
+            conversation=conversation, by=request.user, reason=form.cleaned_data["reason"]
+        )
+        messages.success(request, f"{conversation}: its wait is over, it is tried now.")
+    except InvalidTransition:
+        messages.warning(request, f"{conversation} was no longer waiting on a backoff.")
+    return redirect("dashboard:waiting")
+
+
+@require_POST
+@staff_required
+def conversation_pause_view(request: HttpRequest, pk: int) -> HttpResponse:
+    conversation = get_object_or_404(Conversation, pk=pk)
+    form = PauseForm(request.POST, prefix=f"pause-{pk}")
+    if not form.is_valid():
+        return waiting_page(request, invalid=(pk, "pause", form), status=422)
+    try:
+        conversation_pause(
+            conversation=conversation, reason=form.cleaned_data["reason"], by=request.user
+        )
+        messages.success(request, f"{conversation} paused: resume it from its page.")
+    except InvalidTransition:
+        messages.warning(request, f"{conversation} was already paused.")
+    return redirect("dashboard:waiting")
 
 
 def conversation_page(request, conversation, *, resume_form=None, status=200) -> HttpResponse:

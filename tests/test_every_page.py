@@ -63,6 +63,8 @@ NOT_PAGES = {
     "dashboard/dead-letters/<int:pk>/edit/": ACTION,
     "dashboard/dead-letters/<int:pk>/discard/": ACTION,
     "dashboard/conversations/<int:pk>/resume/": ACTION,
+    "dashboard/conversations/<int:pk>/retry-now/": ACTION,
+    "dashboard/conversations/<int:pk>/pause/": ACTION,
     "dashboard/alerts/<int:pk>/acknowledge/": ACTION,
     "accounts/logout/": ACTION,
     "admin/logout/": ACTION,

@@ -24,9 +24,13 @@ from .inbox import conversation_enqueue
 logger = logging.getLogger(__name__)
 
 
-def conversation_pause(*, conversation: Conversation, reason: str) -> Alert:
+@transaction.atomic
+def conversation_pause(*, conversation: Conversation, reason: str, by=None) -> Alert:
     """Stop processing a conversation until staff resume it; raise an alert. A "pause" handoff
-    records why, for whoever picks the conversation up again."""
+    records why, for whoever picks the conversation up again. `by`: the staff member who
+    paused it (audited), rather than the crash-loop breaker. A running attempt finishes."""
+    if by is not None:
+        reason = f"Paused by {by.get_username()}: {reason}"
     updated = Conversation.objects.filter(
         pk=conversation.pk, state=Conversation.State.ACTIVE
     ).update(state=Conversation.State.PAUSED, paused_reason=reason, retry_at=None)
@@ -37,6 +41,10 @@ def conversation_pause(*, conversation: Conversation, reason: str) -> Alert:
     alert = Alert.objects.create(
         kind=Alert.Kind.CONVERSATION_PAUSED, conversation=conversation, text=text
     )
+    if by is not None:
+        staff_action_record(
+            kind=StaffAction.Kind.PAUSE, by=by, reason=reason, conversation=conversation
+        )
     logger.error(text)
     transaction.on_commit(lambda: alert_mail(subject="Conversation paused", text=text))
     transaction.on_commit(
@@ -74,8 +82,9 @@ def conversation_resume(*, conversation: Conversation, by, reason: str) -> None:
 
 
 @transaction.atomic
-def conversation_retry_now(*, conversation: Conversation) -> None:
-    """End the backoff of an active conversation now, at its owner's request.
+def conversation_retry_now(*, conversation: Conversation, by=None, reason: str = "") -> None:
+    """End the backoff of an active conversation now, at its owner's request or, with `by`,
+    a staff member's (audited).
 
     Only the wait moves: the attempt and crash counts stay, so the crash-loop breaker still
     pauses a conversation that keeps failing. Never for a paused conversation (staff resume
@@ -91,12 +100,12 @@ def conversation_retry_now(*, conversation: Conversation) -> None:
         raise InvalidTransition(
             f"Conversation {conversation.pk} is not waiting to retry; nothing to retry now."
         )
-    conversation_enqueue(conversation_id=conversation.pk)
-    transaction.on_commit(
-        lambda: publish_conversation_changed(
-            conversation_id=conversation.pk, owner_id=conversation.owner_id
+    if by is not None:
+        staff_action_record(
+            kind=StaffAction.Kind.RETRY_NOW, by=by, reason=reason, conversation=conversation
         )
-    )
+    conversation_enqueue(conversation_id=conversation.pk)
+    transaction.on_commit(lambda: publish_conversation_changed(conversation_id=conversation.pk))
 
 
 @transaction.atomic

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import re
 import uuid
+from datetime import timedelta
 
 import pytest
+from django.db.models.functions import Now
 from playwright.sync_api import Browser, Page, expect
 
 from continuity.delivery.inbox import message_accept
-from continuity.models import DeadLetter, Message, Run, StaffAction
+from continuity.models import Conversation, DeadLetter, Message, Run, StaffAction
 from tests.browser.helpers import accessibility_violations, log_in
 from tests.factories import ConversationFactory, UserFactory
 from tests.processes import ARTIFACTS, WatchdogProcess, WebProcess, WorkerProcess
@@ -173,3 +175,38 @@ def test_console_pages_work_at_390_px_and_without_javascript(browser, processes)
     expect(page.locator('[data-state="active"]')).to_be_visible()
     expect(page.locator('[data-audit="resume"]')).to_contain_text("worker fixed")
     screenshot(page, "console-conversation-390.png")
+
+
+def test_staff_retry_now_from_the_waiting_page_and_the_message_is_answered(browser, processes):
+    chat = ConversationFactory(owner=UserFactory(), title="Long backoff")
+    asked = message_accept(conversation=chat, text="My name is Ada", client_id=uuid.uuid4())
+    Message.objects.filter(pk=asked.pk).update(attempts=1)
+    # A crashed attempt's backoff, far off: only Retry now gets it answered soon. Set before
+    # a worker runs, which would otherwise answer the message at once.
+    Conversation.objects.filter(pk=chat.pk).update(retry_at=Now() + timedelta(minutes=10))
+    processes.add(WorkerProcess())
+    site = processes.add(WebProcess())
+    staff = page_of(browser, site, "opal", is_staff=True)
+
+    staff.goto(f"{site.url}/dashboard/waiting/")
+    row = staff.locator(f'[data-waiting="{chat.pk}"]')
+    expect(row.locator("[data-why]")).to_have_text("Backing off after a failed or crashed attempt")
+    expect(row).to_contain_text(re.compile(r"in (9|10) min"))
+    for width, scheme in ((1280, "light"), (1280, "dark"), (390, "light"), (390, "dark")):
+        staff.set_viewport_size({"width": width, "height": 900})
+        staff.emulate_media(color_scheme=scheme)
+        assert_accessible(staff)
+        screenshot(staff, f"console-waiting-{width}-{scheme}.png")
+    staff.set_viewport_size({"width": 1280, "height": 900})
+
+    row.get_by_text("Retry now…").click()
+    row.get_by_label("Why end its wait now").fill("The model server is back")
+    row.get_by_role("button", name="Retry now").click()
+    expect(staff.get_by_text("Long backoff: its wait is over, it is tried now.")).to_be_visible()
+    wait_for(
+        lambda: Message.objects.get(pk=asked.pk).state == "done", timeout=30, what="the answer"
+    )
+    staff.reload()
+    expect(staff.locator(f'[data-waiting="{chat.pk}"]')).to_have_count(0)
+    action = StaffAction.objects.get(kind="retry_now")
+    assert (action.reason, action.conversation_id) == ("The model server is back", chat.pk)

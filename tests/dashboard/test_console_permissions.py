@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 
 from continuity.models import Alert, Conversation, DeadLetter, StaffAction
 from tests.dashboard.console import dead_letter_make
-from tests.factories import ConversationFactory, UserFactory
+from tests.factories import ConversationFactory, MessageFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -18,6 +21,7 @@ PAGES = [
     ("dashboard:dead_letter", "dead_letter"),
     ("dashboard:crashes", None),
     ("dashboard:paused", None),
+    ("dashboard:waiting", None),
     ("dashboard:conversation", "conversation"),
     ("dashboard:alerts", None),
 ]
@@ -28,6 +32,8 @@ ACTIONS = [
     ("dashboard:dead_letters_bulk", None, {"action": "retry", "confirmed": "on"}),
     ("dashboard:conversation_resume", "conversation", {"reason": "fixed"}),
     ("dashboard:alert_acknowledge", "alert", {"reason": "seen"}),
+    ("dashboard:conversation_retry_now", "waiting", {"retry-{pk}-reason": "model fixed"}),
+    ("dashboard:conversation_pause", "waiting", {"pause-{pk}-reason": "looks abusive"}),
 ]
 
 
@@ -37,7 +43,17 @@ def world():
     dead_letter = dead_letter_make(conversation)
     Conversation.objects.filter(pk=conversation.pk).update(state="paused")
     alert = Alert.objects.create(kind="conversation_paused", conversation=conversation, text="x")
-    return {"conversation": conversation, "dead_letter": dead_letter, "alert": alert}
+    waiting = ConversationFactory()  # a message waits out a backoff
+    MessageFactory(conversation=waiting, attempts=1)
+    Conversation.objects.filter(pk=waiting.pk).update(
+        retry_at=timezone.now() + timedelta(seconds=90)
+    )
+    return {
+        "conversation": conversation,
+        "dead_letter": dead_letter,
+        "alert": alert,
+        "waiting": waiting,
+    }
 
 
 def url_of(name, target, world):
@@ -52,11 +68,14 @@ def client_of(who) -> Client:
 
 
 def nothing_changed(world) -> bool:
+    waiting = Conversation.objects.get(pk=world["waiting"].pk)
     return (
         not StaffAction.objects.exists()
         and DeadLetter.objects.get().status == "pending"
-        and Conversation.objects.get().state == "paused"
+        and Conversation.objects.get(pk=world["conversation"].pk).state == "paused"
         and Alert.objects.get().acknowledged_at is None
+        and waiting.state == "active"
+        and waiting.retry_at > timezone.now()
     )
 
 
@@ -74,6 +93,7 @@ def test_pages_are_for_staff_only(world, name, target):
 @pytest.mark.parametrize(("name", "target", "data"), ACTIONS)
 def test_actions_are_for_staff_only_and_only_by_post(world, name, target, data):
     url = url_of(name, target, world)
+    data = {key.format(pk=world[target].pk if target else ""): v for key, v in data.items()}
     if name == "dashboard:dead_letters_bulk":
         data = {**data, "ids": [world["dead_letter"].pk]}
     anonymous = client_of("anonymous").post(url, data)
@@ -90,6 +110,7 @@ def test_actions_are_for_staff_only_and_only_by_post(world, name, target, data):
 def test_actions_refuse_a_post_without_the_csrf_token(world, name, target, data):
     client = Client(enforce_csrf_checks=True)
     client.force_login(UserFactory(is_staff=True))
+    data = {key.format(pk=world[target].pk if target else ""): v for key, v in data.items()}
     assert client.post(url_of(name, target, world), data).status_code == 403
     assert nothing_changed(world)
 
@@ -100,3 +121,5 @@ def test_unknown_ids_are_404_for_staff(world):
     assert staff.post(reverse("dashboard:dead_letter_retry", args=[999_999])).status_code == 404
     assert staff.get(reverse("dashboard:conversation", args=[999_999])).status_code == 404
     assert staff.post(reverse("dashboard:alert_acknowledge", args=[999_999])).status_code == 404
+    for action in ("dashboard:conversation_retry_now", "dashboard:conversation_pause"):
+        assert staff.post(reverse(action, args=[999_999])).status_code == 404
