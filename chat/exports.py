@@ -56,6 +56,8 @@ def export_markdown(conversation: Conversation, zone: ZoneInfo | None = None) ->
 
 
 def ending_of(message: Message) -> str:
+    if message.stopped and message.stopped_by_staff:
+        return "Stopped by staff: this reply was cut short."
     if message.stopped:
         return "Stopped: this reply was cut short at your request."
     return "Cut off: the model reached its length limit."

@@ -140,6 +140,11 @@ class Message(models.Model):
         default=False,
         help_text="For a reply: its owner stopped it; the text is what was written until then.",
     )
+    stopped_by_staff = models.BooleanField(
+        default=False,
+        db_default=False,  # raw inserts need not name it
+        help_text="For a stopped reply: staff stopped it from the console, not its owner.",
+    )
     cut_off = models.BooleanField(
         default=False,
         db_default=False,  # raw inserts (the bench's history) need not name it
@@ -414,6 +419,7 @@ class StaffAction(models.Model):
         REPLACED_BY_EDIT = "replaced_by_edit", "Replaced by the person's edit"
         RESUME = "resume", "Resumed the conversation"
         PAUSE = "pause", "Paused the conversation"
+        STOP = "stop", "Stopped a reply being written"
         RETRY_NOW = "retry_now", "Ended the conversation's wait (retry now)"
         ACKNOWLEDGE = "acknowledge", "Acknowledged the alert"
 

@@ -21,6 +21,10 @@ class PauseForm(forms.Form):
     reason = forms.CharField(label="Why pause it", max_length=2000, widget=REASON_WIDGET)
 
 
+class StopForm(forms.Form):
+    reason = forms.CharField(label="Why stop it", max_length=2000, widget=REASON_WIDGET)
+
+
 class OptionalReasonForm(forms.Form):
     reason = forms.CharField(
         label="Reason (optional)", max_length=2000, required=False, widget=REASON_WIDGET

@@ -23,6 +23,7 @@ urlpatterns = [
         dead_letter_views.dead_letter_discard_view,
         name="dead_letter_discard",
     ),
+    path("runs/<int:pk>/stop/", views.run_stop, name="run_stop"),
     path("crashes/", views.crashes, name="crashes"),
     path("paused/", views.paused, name="paused"),
     path("waiting/", views.waiting, name="waiting"),

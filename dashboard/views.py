@@ -12,10 +12,10 @@ from django.forms import Form
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from continuity.delivery.alerts import alerts_reach_someone
-from continuity.delivery.attempts import db_now_plus
+from continuity.delivery.attempts import db_now_plus, reply_stop
 from continuity.delivery.conversations import (
     alert_acknowledge,
     conversation_pause,
@@ -23,12 +23,12 @@ from continuity.delivery.conversations import (
     conversation_retry_now,
 )
 from continuity.errors import InvalidTransition
-from continuity.models import Alert, Conversation, CrashRecord, StaffAction
+from continuity.models import Alert, Conversation, CrashRecord, Run, StaffAction
 
 from . import selectors
 from .charts import timeline_chart
 from .decorators import staff_required
-from .forms import OptionalReasonForm, PauseForm, ReasonForm, RetryNowForm
+from .forms import OptionalReasonForm, PauseForm, ReasonForm, RetryNowForm, StopForm
 
 PAGE_SIZE = 50
 
@@ -153,6 +153,30 @@ def conversation_pause_view(request: HttpRequest, pk: int) -> HttpResponse:
     except InvalidTransition:
         messages.warning(request, f"{conversation} was already paused.")
     return redirect("dashboard:waiting")
+
+
+def run_stop_page(request, run, form, status=200) -> HttpResponse:
+    return render(request, "dashboard/run_stop.html", {"run": run, "form": form}, status=status)
+
+
+@never_cache
+@require_http_methods(["GET", "POST"])
+@staff_required
+def run_stop(request: HttpRequest, pk: int) -> HttpResponse:
+    """*Stop* a reply being written (the user's own Stop, by staff), after a confirmation page:
+    the overview's tables refresh every 5 s and would wipe a reason typed in them."""
+    run = get_object_or_404(Run.objects.select_related("conversation", "message"), pk=pk)
+    if request.method == "GET":
+        return run_stop_page(request, run, StopForm())
+    form = StopForm(request.POST)
+    if not form.is_valid():
+        return run_stop_page(request, run, form, status=422)
+    try:
+        reply_stop(message=run.message, by=request.user, reason=form.cleaned_data["reason"])
+        messages.success(request, f"Run {run.pk} stopped: the user sees its reply as stopped.")
+    except InvalidTransition:
+        messages.warning(request, f"Run {run.pk} had already ended: nothing was stopped.")
+    return redirect("dashboard:index")
 
 
 def conversation_page(request, conversation, *, resume_form=None, status=200) -> HttpResponse:

@@ -37,8 +37,9 @@ from ..errors import (
     NextAttemptFailed,
 )
 from ..live.events import publish_conversation_changed, publish_message_changed
-from ..models import Checkpoint, Conversation, CrashRecord, Handoff, Message, Run
+from ..models import Checkpoint, Conversation, CrashRecord, Handoff, Message, Run, StaffAction
 from ..ops.faults import fault_point
+from .audit import staff_action_record
 from .conversations import conversation_pause
 from .dead_letters import dead_letter_create
 from .heartbeats import outage_note, stale_before, stale_run_ids
@@ -650,9 +651,10 @@ def last_clean_answer(conversation_id: int):
     )
 
 
-def reply_stop(*, message: Message) -> Message:
-    """The person stopped the reply being written to `message`: keep what was written as the
-    reply, marked stopped; nothing is retried, and the next queued message goes on.
+def reply_stop(*, message: Message, by=None, reason: str = "") -> Message:
+    """The person stopped the reply being written to `message` (or, with `by`, staff did from
+    the console, audited): keep what was written as the reply, marked stopped; nothing is
+    retried, and the next queued message goes on.
 
     The attempt learns it at its next write or heartbeat (its run is no longer running) and
     ends without writing anything more: every write of an attempt is fenced on its run's
@@ -668,8 +670,23 @@ def reply_stop(*, message: Message) -> Message:
             run=run,
             text="".join(written),
             run_state=Run.State.STOPPED,
-            error="Stopped by the user.",
+            error="Stopped by staff." if by is not None else "Stopped by the user.",
             stopped=True,
         )
-    logger.info("Run %s of message %s stopped by its owner", run.pk, message.pk)
+        if by is not None:
+            Message.objects.filter(pk=reply.pk).update(stopped_by_staff=True)
+            reply.stopped_by_staff = True
+            staff_action_record(
+                kind=StaffAction.Kind.STOP,
+                by=by,
+                reason=reason,
+                conversation_id=message.conversation_id,
+                details={"run": run.pk, "message": message.pk},
+            )
+    logger.info(
+        "Run %s of message %s stopped by %s",
+        run.pk,
+        message.pk,
+        f"staff ({by.get_username()})" if by is not None else "its owner",
+    )
     return reply

@@ -210,3 +210,32 @@ def test_staff_retry_now_from_the_waiting_page_and_the_message_is_answered(brows
     expect(staff.locator(f'[data-waiting="{chat.pk}"]')).to_have_count(0)
     action = StaffAction.objects.get(kind="retry_now")
     assert (action.reason, action.conversation_id) == ("The model server is back", chat.pk)
+
+
+def test_staff_stop_a_reply_from_the_console_while_its_user_watches(browser, processes):
+    processes.add(WorkerProcess(CONTINUITY_BUILTIN_TOKEN_DELAY="0.1"))
+    site = processes.add(WebProcess())
+    user = page_of(browser, site, "ann")
+    staff = page_of(browser, site, "opal", is_staff=True)
+
+    user.get_by_label("Message").fill(
+        "Hi, my name is Ada, my goal is to finish the migration, and I like tea."
+    )
+    user.get_by_role("button", name="Send").click()
+    expect(user.locator("[data-streaming] .streamed")).not_to_be_empty(timeout=20_000)
+    run = Run.objects.get(state="running")
+
+    staff.goto(f"{site.url}/dashboard/")
+    staff.locator(f'[data-stop-run="{run.pk}"]').click()
+    expect(staff.get_by_role("heading", name=f"Stop run {run.pk}?")).to_be_visible()
+    assert_accessible(staff)
+    staff.get_by_label("Why stop it").fill("A runaway reply")
+    staff.get_by_role("button", name="Stop the reply").click()
+    expect(staff.get_by_text(f"Run {run.pk} stopped")).to_be_visible()
+
+    stopped = user.locator("[data-stopped]")
+    expect(stopped).to_have_text("Stopped by staff: this reply was cut short.")
+    expect(user.locator("[data-streaming]")).to_have_count(0)
+    reply = Message.objects.get(reply_to=run.message_id)
+    assert reply.stopped_by_staff and reply.text  # what was written stays
+    assert StaffAction.objects.get(kind="stop").reason == "A runaway reply"

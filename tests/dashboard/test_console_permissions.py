@@ -9,7 +9,8 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from continuity.models import Alert, Conversation, DeadLetter, StaffAction
+from continuity.delivery.attempts import attempt_begin
+from continuity.models import Alert, Conversation, DeadLetter, Message, Run, StaffAction
 from tests.dashboard.console import dead_letter_make
 from tests.factories import ConversationFactory, MessageFactory, UserFactory
 
@@ -22,6 +23,7 @@ PAGES = [
     ("dashboard:crashes", None),
     ("dashboard:paused", None),
     ("dashboard:waiting", None),
+    ("dashboard:run_stop", "run"),
     ("dashboard:conversation", "conversation"),
     ("dashboard:alerts", None),
 ]
@@ -48,11 +50,15 @@ def world():
     Conversation.objects.filter(pk=waiting.pk).update(
         retry_at=timezone.now() + timedelta(seconds=90)
     )
+    answering = ConversationFactory()  # a reply is being written
+    MessageFactory(conversation=answering)
+    run = attempt_begin(conversation_id=answering.pk)
     return {
         "conversation": conversation,
         "dead_letter": dead_letter,
         "alert": alert,
         "waiting": waiting,
+        "run": run,
     }
 
 
@@ -76,6 +82,7 @@ def nothing_changed(world) -> bool:
         and Alert.objects.get().acknowledged_at is None
         and waiting.state == "active"
         and waiting.retry_at > timezone.now()
+        and Run.objects.get(pk=world["run"].pk).state == "running"
     )
 
 
@@ -123,3 +130,24 @@ def test_unknown_ids_are_404_for_staff(world):
     assert staff.post(reverse("dashboard:alert_acknowledge", args=[999_999])).status_code == 404
     for action in ("dashboard:conversation_retry_now", "dashboard:conversation_pause"):
         assert staff.post(reverse(action, args=[999_999])).status_code == 404
+
+
+def test_stopping_a_run_is_for_staff_only_by_post_with_the_csrf_token(world):
+    url = reverse("dashboard:run_stop", args=[world["run"].pk])
+    data = {"reason": "a runaway reply"}
+    anonymous = client_of("anonymous").post(url, data)
+    assert anonymous.status_code == 302 and anonymous["Location"].startswith(reverse("login"))
+    assert client_of("user").post(url, data).status_code == 403
+    no_token = Client(enforce_csrf_checks=True)
+    no_token.force_login(UserFactory(is_staff=True))
+    assert no_token.post(url, data).status_code == 403
+    staff = client_of("staff")
+    assert staff.get(url).status_code == 200  # the confirmation page, which changes nothing
+    assert nothing_changed(world)
+    assert staff.post(url, data).status_code == 302
+    action = StaffAction.objects.get()
+    assert (action.kind, action.reason) == ("stop", "a runaway reply")
+    assert Run.objects.get(pk=world["run"].pk).state == "stopped"
+    reply = Message.objects.get(reply_to=world["run"].message_id)
+    assert reply.stopped and reply.stopped_by_staff
+    assert staff.post(reverse("dashboard:run_stop", args=[999_999]), data).status_code == 404
