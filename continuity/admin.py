@@ -81,6 +81,14 @@ def link_column(field: str, description: str = ""):
     return column
 
 
+def timeline_link(message: Message) -> str | None:
+    """The staff console's timeline of a user message: its whole story on one page."""
+    if message.role != Message.Role.USER:
+        return None
+    url = reverse("dashboard:message_timeline", args=[message.pk])
+    return format_html('<a href="{}">Message {}, in order</a>', url, message.pk)
+
+
 def related_links(*pairs: tuple[str, str | None]) -> str:
     """(label, link) pairs as a list; pairs without a link are left out."""
     items = [(label, link) for label, link in pairs if link]
@@ -469,6 +477,7 @@ class MessageAdmin(admin.ModelAdmin):
             return "-"
         of_it = {"message__id__exact": message.pk}
         return related_links(
+            ("Timeline", timeline_link(message)),
             ("Conversation", admin_link(message.conversation)),
             ("Runs", changelist_link(Run, counted(message.runs.count(), "run"), **of_it)),
             ("Checkpoints", changelist_link(
@@ -513,6 +522,7 @@ class RunAdmin(RunFieldsMixin, ReadOnlyAdmin):
     def related(self, run):
         of_it = {"run__id__exact": run.pk}
         return related_links(
+            ("Its message's timeline", timeline_link(run.message)),
             ("Checkpoints", changelist_link(
                 Checkpoint, counted(run.checkpoints.count(), "checkpoint"), **of_it)),
             ("Reply chunks", changelist_link(

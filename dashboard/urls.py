@@ -24,6 +24,8 @@ urlpatterns = [
         name="dead_letter_discard",
     ),
     path("runs/<int:pk>/stop/", views.run_stop, name="run_stop"),
+    path("messages/", views.message_find, name="message_find"),
+    path("messages/<int:pk>/timeline/", views.message_timeline_view, name="message_timeline"),
     path("crashes/", views.crashes, name="crashes"),
     path("paused/", views.paused, name="paused"),
     path("waiting/", views.waiting, name="waiting"),

@@ -23,12 +23,13 @@ from continuity.delivery.conversations import (
     conversation_retry_now,
 )
 from continuity.errors import InvalidTransition
-from continuity.models import Alert, Conversation, CrashRecord, Run, StaffAction
+from continuity.models import Alert, Conversation, CrashRecord, Message, Run, StaffAction
 
 from . import selectors
 from .charts import timeline_chart
 from .decorators import staff_required
 from .forms import OptionalReasonForm, PauseForm, ReasonForm, RetryNowForm, StopForm
+from .timeline import message_timeline
 
 PAGE_SIZE = 50
 
@@ -153,6 +154,34 @@ def conversation_pause_view(request: HttpRequest, pk: int) -> HttpResponse:
     except InvalidTransition:
         messages.warning(request, f"{conversation} was already paused.")
     return redirect("dashboard:waiting")
+
+
+@never_cache
+@require_GET
+@staff_required
+def message_timeline_view(request: HttpRequest, pk: int) -> HttpResponse:
+    message = get_object_or_404(
+        Message.objects.select_related("conversation", "conversation__owner"),
+        pk=pk,
+        role=Message.Role.USER,
+    )
+    return render(
+        request,
+        "dashboard/timeline.html",
+        {"message": message, "events": message_timeline(message)},
+    )
+
+
+@never_cache
+@require_GET
+@staff_required
+def message_find(request: HttpRequest) -> HttpResponse:
+    """A message id (as the user's page has it, #exchange-<id>) to its timeline."""
+    found = request.GET.get("id", "").strip().removeprefix("#").removeprefix("exchange-")
+    if found.isdigit() and Message.objects.filter(pk=found, role=Message.Role.USER).exists():
+        return redirect("dashboard:message_timeline", int(found))
+    messages.warning(request, f"No message has the id “{found[:40]}”.")
+    return redirect("dashboard:index")
 
 
 def run_stop_page(request, run, form, status=200) -> HttpResponse:

@@ -17,6 +17,7 @@ from continuity.errors import PermanentError
 
 KILL_ALWAYS = "[[kill-worker]]"  # SIGKILLs its own process mid-reply, on every attempt
 KILL_FIRST_ATTEMPT = "[[kill-once]]"  # SIGKILLs its own process mid-reply, on attempt 1 only
+KILL_TWICE = "[[kill-twice]]"  # SIGKILLs its own process mid-reply, on attempts 1 and 2
 RAISE = "[[raise]]"  # a Python exception on every attempt
 INVALID = "[[invalid]]"  # an error no retry can fix
 SLEEP = "[[sleep]]"  # sleeps far longer than the soft time limit
@@ -36,8 +37,10 @@ class FaultyBrain(BuiltinBrain):
     def respond(self, context: Context, plan: dict) -> Iterator[str]:
         for index, token in enumerate(super().respond(context, plan)):
             if index == 3:
-                if KILL_ALWAYS in context.text or (
-                    KILL_FIRST_ATTEMPT in context.text and context.attempt == 1
+                if (
+                    KILL_ALWAYS in context.text
+                    or (KILL_FIRST_ATTEMPT in context.text and context.attempt == 1)
+                    or (KILL_TWICE in context.text and context.attempt <= 2)
                 ):
                     os.kill(os.getpid(), signal.SIGKILL)
                 if RAISE in context.text:

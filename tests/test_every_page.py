@@ -65,6 +65,8 @@ NOT_PAGES = {
     "dashboard/conversations/<int:pk>/resume/": ACTION,
     "dashboard/conversations/<int:pk>/retry-now/": ACTION,
     "dashboard/conversations/<int:pk>/pause/": ACTION,
+    # A lookup: a message id to its timeline, or back to the overview with a warning.
+    "dashboard/messages/": 302,
     "dashboard/alerts/<int:pk>/acknowledge/": ACTION,
     "accounts/logout/": ACTION,
     "admin/logout/": ACTION,

@@ -13,6 +13,7 @@ from playwright.sync_api import Browser, Page, expect
 
 from continuity.delivery.inbox import message_accept
 from continuity.models import Conversation, DeadLetter, Message, Run, StaffAction
+from tests.brains import KILL_TWICE
 from tests.browser.helpers import accessibility_violations, log_in
 from tests.factories import ConversationFactory, UserFactory
 from tests.processes import ARTIFACTS, WatchdogProcess, WebProcess, WorkerProcess
@@ -239,3 +240,34 @@ def test_staff_stop_a_reply_from_the_console_while_its_user_watches(browser, pro
     reply = Message.objects.get(reply_to=run.message_id)
     assert reply.stopped_by_staff and reply.text  # what was written stays
     assert StaffAction.objects.get(kind="stop").reason == "A runaway reply"
+
+
+def test_the_timeline_of_a_message_that_crashed_twice_then_was_answered(browser, processes):
+    processes.add(WorkerProcess(**FAULTY))
+    processes.add(WatchdogProcess())
+    site = processes.add(WebProcess())
+    user = page_of(browser, site, "ann")
+    staff = page_of(browser, site, "opal", is_staff=True)
+    user.get_by_label("Message").fill(f"{KILL_TWICE} Hi, my name is Ada and I like tea.")
+    user.keyboard.press("Enter")
+    message = wait_for(
+        lambda: Message.objects.filter(text__startswith=KILL_TWICE, state="done").first(),
+        timeout=60,
+        what="the answer after two crashes",
+    )
+
+    # Found from the message id the user's page has (#exchange-<id>).
+    staff.goto(f"{site.url}/dashboard/")
+    staff.get_by_label("Message id").fill(f"exchange-{message.pk}")
+    staff.get_by_role("button", name="Timeline").click()
+    expect(staff.get_by_role("heading", name=f"Timeline of message {message.pk}")).to_be_visible()
+    events = staff.locator("[data-timeline] li")
+    kinds = [event.get_attribute("data-event") for event in events.all()]
+    # The reply and its attempt's end are stored in one transaction: either may be listed last.
+    assert kinds[0] == "accepted" and "reply" in kinds[-2:]
+    assert kinds.count("crash") == 4  # each crash: its last sign of life, and when noticed
+    assert kinds.count("recovery") == 2 and kinds.count("attempt") >= 4
+    expect(events.filter(has_text="Attempt 3 started")).to_have_count(1)
+    expect(events.filter(has_text="crash noticed")).to_have_count(2)
+    assert_accessible(staff)
+    screenshot(staff, "console-timeline.png")

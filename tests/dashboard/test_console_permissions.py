@@ -24,6 +24,7 @@ PAGES = [
     ("dashboard:paused", None),
     ("dashboard:waiting", None),
     ("dashboard:run_stop", "run"),
+    ("dashboard:message_timeline", "message"),
     ("dashboard:conversation", "conversation"),
     ("dashboard:alerts", None),
 ]
@@ -59,6 +60,7 @@ def world():
         "alert": alert,
         "waiting": waiting,
         "run": run,
+        "message": dead_letter.message,
     }
 
 

@@ -1,0 +1,161 @@
+"""A message's whole story in one place, in time order: accepted, each attempt with its worker
+and how it really ended, checkpoints and chunks, recoveries, the dead letter, staff actions,
+versions and re-asks, the reply. The "where did it fail last time?" page (Temporal's event
+history, Sidekiq's job detail)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db.models import Count, Max, Min, Q
+
+from continuity.context.recoveries import recovery_words
+from continuity.models import Checkpoint, Message, Recovery, ReplyChunk, Run, StaffAction
+
+
+@dataclass(frozen=True)
+class Event:
+    at: datetime
+    what: str
+    detail: str = ""
+    kind: str = ""  # for the page's styling and tests: accepted, attempt, crash, reply, …
+
+
+def message_timeline(message: Message) -> list[Event]:
+    events = [Event(message.created_at, "Accepted", f"“{clip(message.text)}”", "accepted")]
+    if message.version_of_id:
+        events.append(
+            Event(message.created_at, f"A new version of message {message.version_of_id}")
+        )
+    if message.reasked_from_id:
+        events.append(
+            Event(
+                message.created_at,
+                f"Asked again from message {message.reasked_from_id}, which could not be processed",
+                kind="reask",
+            )
+        )
+    events += attempt_events(message)
+    events += step_events(message)
+    for recovery in Recovery.objects.filter(message=message).order_by("id"):
+        words = recovery_words(recovery)
+        restored = f", from {words.restored}" if words.restored else ""
+        events.append(
+            Event(
+                recovery.resumed_at,
+                f"Resumed after {recovery.get_kind_display()}",
+                f"{words.after} after the interruption{restored}",
+                "recovery",
+            )
+        )
+    events += dead_letter_events(message)
+    for later in Message.objects.filter(version_of_id=message.version_of_id or message.pk).filter(
+        pk__gt=message.pk
+    ):
+        events.append(Event(later.created_at, f"Replaced by a new version: message {later.pk}"))
+    for reask in Message.objects.filter(reasked_from=message):
+        events.append(Event(reask.created_at, f"Asked again as message {reask.pk}", kind="reask"))
+    reply = Message.objects.filter(reply_to=message).first()
+    if reply is not None:
+        ending = " (stopped)" if reply.stopped else " (cut off)" if reply.cut_off else ""
+        events.append(
+            Event(reply.created_at, f"Answered{ending}", f"“{clip(reply.text)}”", "reply")
+        )
+    return sorted(events, key=lambda event: event.at)
+
+
+def attempt_events(message: Message) -> list[Event]:
+    events = []
+    runs = Run.objects.filter(message=message).select_related("crash").order_by("id")
+    for run in runs:
+        worker = run.worker or run.node or "a worker"
+        events.append(
+            Event(run.started_at, f"Attempt {run.attempt} started", f"on {worker}", "attempt")
+        )
+        crash = getattr(run, "crash", None)
+        if run.state == Run.State.RUNNING:
+            events.append(Event(run.heartbeat_at, f"Attempt {run.attempt}: last heartbeat"))
+        elif run.state == Run.State.CRASHED:
+            events.append(
+                Event(
+                    run.heartbeat_at,
+                    f"Attempt {run.attempt}: last sign of life",
+                    "its last heartbeat; the process died soon after",
+                    "crash",
+                )
+            )
+            noticed = crash.detected_at if crash else run.ended_at
+            by = f" by the {crash.get_detected_by_display().lower()}" if crash else ""
+            events.append(
+                Event(noticed, f"Attempt {run.attempt}: crash noticed{by}", run.error, "crash")
+            )
+        elif run.ended_at is not None:
+            events.append(
+                Event(
+                    run.ended_at,
+                    f"Attempt {run.attempt} {run.get_state_display().lower()}",
+                    run.error,
+                    "attempt",
+                )
+            )
+    return events
+
+
+def step_events(message: Message) -> list[Event]:
+    """Checkpoints and streamed chunks, counted per attempt, at their first time."""
+    events = []
+    checkpoints = (
+        Checkpoint.objects.filter(message=message)
+        .values("run__attempt")
+        .annotate(n=Count("id"), first=Min("created_at"), last=Max("created_at"))
+    )
+    for row in checkpoints:
+        events.append(
+            Event(
+                row["first"],
+                f"{row['n']} checkpoint{'s' if row['n'] != 1 else ''} stored",
+                f"by attempt {row['run__attempt']}, the last at {row['last']:%H:%M:%S}",
+            )
+        )
+    chunks = (
+        ReplyChunk.objects.filter(message=message)
+        .values("run__attempt")
+        .annotate(n=Count("id"), first=Min("created_at"), last=Max("created_at"))
+    )
+    for row in chunks:
+        events.append(
+            Event(
+                row["first"],
+                f"{row['n']} reply chunk{'s' if row['n'] != 1 else ''} streamed",
+                f"by attempt {row['run__attempt']}, the last at {row['last']:%H:%M:%S}",
+            )
+        )
+    return events
+
+
+def dead_letter_events(message: Message) -> list[Event]:
+    events = []
+    # A reverse one-to-one that does not exist raises an AttributeError: hasattr is the test.
+    if hasattr(message, "dead_letter"):
+        dead_letter = message.dead_letter
+        events.append(
+            Event(dead_letter.created_at, "Dead-lettered", dead_letter.reason, "dead_letter")
+        )
+    actions = StaffAction.objects.filter(
+        Q(dead_letter__message=message) | Q(details__message=message.pk)
+    ).order_by("created_at")
+    for action in actions:
+        events.append(
+            Event(
+                action.created_at,
+                f"{action.get_kind_display()} by {action.actor_name}",
+                action.reason,
+                "staff",
+            )
+        )
+    return events
+
+
+def clip(text: str, limit: int = 120) -> str:
+    return text if len(text) <= limit else f"{text[: limit - 1]}…"
