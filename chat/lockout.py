@@ -12,7 +12,8 @@ from axes.backends import AxesStandaloneBackend
 from axes.exceptions import AxesBackendPermissionDenied
 from axes.models import AccessAttempt
 from django.conf import settings
-from django.db.models import Sum
+from django.db.models import F, Sum, Value
+from django.db.models.functions import Least
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
@@ -34,10 +35,13 @@ def client_ip(request: HttpRequest) -> str | None:
 
 
 def address_failures(address: str | None) -> int:
-    """Failed logins from this address within the cool-off, for any usernames."""
+    """Failed logins from this address within the cool-off, for any usernames, each username
+    counted up to its own limit: one person who keeps trying (a mail client with an old
+    password) is locked alone, and does not lock the address for everyone."""
     since = timezone.now() - settings.AXES_COOLOFF_TIME
     attempts = AccessAttempt.objects.filter(ip_address=address, attempt_time__gte=since)
-    return attempts.aggregate(failures=Sum("failures_since_start"))["failures"] or 0
+    per_username = Least(F("failures_since_start"), Value(settings.AXES_FAILURE_LIMIT))
+    return attempts.aggregate(failures=Sum(per_username))["failures"] or 0
 
 
 def address_locked(request: HttpRequest, limit: int) -> bool:
@@ -51,6 +55,7 @@ class LoginLockoutBackend(AxesStandaloneBackend):
         limit = settings.LOGIN_ADDRESS_FAILURE_LIMIT
         if request is not None and settings.AXES_ENABLED and address_locked(request, limit):
             request.axes_locked_out = True  # AxesMiddleware answers with lockout_response
+            request.address_locked_out = True
             raise AxesBackendPermissionDenied("Too many failed logins from this address")
         return super().authenticate(request, username, password, **kwargs)
 
@@ -66,6 +71,7 @@ def lockout_response(
             "cooloff_minutes": minutes,
             "failure_limit": settings.AXES_FAILURE_LIMIT,
             "address_limit": settings.LOGIN_ADDRESS_FAILURE_LIMIT,
+            "address_locked": getattr(request, "address_locked_out", False),
         },
         status=429,
     )

@@ -24,6 +24,12 @@ class Conversation(models.Model):
     )
     state = models.CharField(max_length=16, choices=State.choices, default=State.ACTIVE)
     paused_reason = models.TextField(blank=True)
+    PAUSED_BY_STAFF = "Paused by"  # how a staff pause's reason begins: "Paused by opal: …"
+
+    @property
+    def paused_by_staff(self) -> bool:
+        return self.paused_reason.startswith(self.PAUSED_BY_STAFF)
+
     retry_at = models.DateTimeField(
         null=True,
         blank=True,

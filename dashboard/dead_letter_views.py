@@ -113,8 +113,7 @@ def attempts_of(dead_letter: DeadLetter) -> list[dict]:
                         started_at=parse_datetime(attempt.get("started_at") or ""),
                         ended_at=parse_datetime(attempt.get("ended_at") or ""),
                         # Snapshots taken before it was kept have no heartbeat: the end stands.
-                        heartbeat_at=parse_datetime(attempt.get("heartbeat_at") or "")
-                        or parse_datetime(attempt.get("ended_at") or ""),
+                        heartbeat_at=parse_datetime(attempt.get("heartbeat_at") or ""),
                     )
                 ),
             }

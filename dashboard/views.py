@@ -178,7 +178,11 @@ def message_timeline_view(request: HttpRequest, pk: int) -> HttpResponse:
 def message_find(request: HttpRequest) -> HttpResponse:
     """A message id (as the user's page has it, #exchange-<id>) to its timeline."""
     found = request.GET.get("id", "").strip().removeprefix("#").removeprefix("exchange-")
-    if found.isdigit() and Message.objects.filter(pk=found, role=Message.Role.USER).exists():
+    if (
+        found.isascii()
+        and found.isdecimal()
+        and Message.objects.filter(pk=found, role=Message.Role.USER).exists()
+    ):
         return redirect("dashboard:message_timeline", int(found))
     messages.warning(request, f"No message has the id “{found[:40]}”.")
     return redirect("dashboard:index")
@@ -201,7 +205,9 @@ def run_stop(request: HttpRequest, pk: int) -> HttpResponse:
     if not form.is_valid():
         return run_stop_page(request, run, form, status=422)
     try:
-        reply_stop(message=run.message, by=request.user, reason=form.cleaned_data["reason"])
+        reply_stop(
+            message=run.message, run_id=run.pk, by=request.user, reason=form.cleaned_data["reason"]
+        )
         messages.success(request, f"Run {run.pk} stopped: the user sees its reply as stopped.")
     except InvalidTransition:
         messages.warning(request, f"Run {run.pk} had already ended: nothing was stopped.")

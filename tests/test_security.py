@@ -53,7 +53,11 @@ def test_failed_logins_lock_the_username_and_the_right_password_is_then_refused(
 
 
 @pytest.mark.django_db
-def test_one_persons_failures_lock_neither_others_at_the_address_nor_them_elsewhere(client):
+def test_one_persons_failures_lock_neither_others_at_the_address_nor_them_elsewhere(
+    client, settings
+):
+    # Past the address's own limit too: one username counts up to its limit, not beyond.
+    settings.LOGIN_ADDRESS_FAILURE_LIMIT = 12
     alice, bob = UserFactory(), UserFactory()
     office = "203.0.113.7"
     for _ in range(30):
@@ -76,6 +80,7 @@ def test_an_address_guessing_many_usernames_is_locked_out(client, settings):
         assert log_in(client, LOGINS[0], username, "wrong").status_code == 200
     response = log_in(client, LOGINS[0], victim.username, PASSWORD)
     assert response.status_code == 429 and "_auth_user_id" not in client.session
+    assert "locked for every account" in response.content.decode()
     # Another address may still log the victim in: the lock was on the address.
     assert logged_in(log_in(client, LOGINS[0], victim.username, PASSWORD, "192.0.2.1"))
 

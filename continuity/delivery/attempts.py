@@ -651,7 +651,9 @@ def last_clean_answer(conversation_id: int):
     )
 
 
-def reply_stop(*, message: Message, by=None, reason: str = "") -> Message:
+def reply_stop(
+    *, message: Message, run_id: int | None = None, by=None, reason: str = ""
+) -> Message:
     """The person stopped the reply being written to `message` (or, with `by`, staff did from
     the console, audited): keep what was written as the reply, marked stopped; nothing is
     retried, and the next queued message goes on.
@@ -662,6 +664,8 @@ def reply_stop(*, message: Message, by=None, reason: str = "") -> Message:
     with transaction.atomic():
         conversation_lock(message.conversation_id)
         run = Run.objects.select_for_update().filter(message=message, state=Run.State.RUNNING)
+        if run_id is not None:  # the attempt staff confirmed, not a later one of the message
+            run = run.filter(pk=run_id)
         run = run.first()
         if run is None:
             raise InvalidTransition(f"No reply is being written to message {message.pk}.")

@@ -29,21 +29,26 @@ def conversation_pause(*, conversation: Conversation, reason: str, by=None) -> A
     """Stop processing a conversation until staff resume it; raise an alert. A "pause" handoff
     records why, for whoever picks the conversation up again. `by`: the staff member who
     paused it (audited), rather than the crash-loop breaker. A running attempt finishes."""
+    # Staff's reason is for staff (the console, the alert, the audit log): the person's notes
+    # and the agent's context only learn that support paused it.
+    staff_reason = reason
     if by is not None:
-        reason = f"Paused by {by.get_username()}: {reason}"
+        reason = f"{Conversation.PAUSED_BY_STAFF} {by.get_username()}: {staff_reason}"
     updated = Conversation.objects.filter(
         pk=conversation.pk, state=Conversation.State.ACTIVE
     ).update(state=Conversation.State.PAUSED, paused_reason=reason, retry_at=None)
     if not updated:
         raise InvalidTransition(f"Conversation {conversation.pk} is not active; cannot pause it.")
-    handoff_for_pause(conversation=conversation, reason=reason)
+    handoff_for_pause(
+        conversation=conversation, reason="paused by support" if by is not None else reason
+    )
     text = f"Conversation {conversation.pk} ({conversation}) paused: {reason}"
     alert = Alert.objects.create(
         kind=Alert.Kind.CONVERSATION_PAUSED, conversation=conversation, text=text
     )
     if by is not None:
         staff_action_record(
-            kind=StaffAction.Kind.PAUSE, by=by, reason=reason, conversation=conversation
+            kind=StaffAction.Kind.PAUSE, by=by, reason=staff_reason, conversation=conversation
         )
     logger.error(text)
     transaction.on_commit(lambda: alert_mail(subject="Conversation paused", text=text))

@@ -7,6 +7,7 @@ import re
 from datetime import timedelta
 
 import pytest
+from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
@@ -89,5 +90,12 @@ def test_pause_stops_the_conversation_with_a_reason_in_the_audit_log(staff):
     chat.refresh_from_db()
     assert chat.state == "paused" and chat.paused_reason == "Paused by opal: looks abusive"
     action = StaffAction.objects.get()
-    assert (action.kind, action.reason) == ("pause", "Paused by opal: looks abusive")
+    assert (action.kind, action.reason) == ("pause", "looks abusive")
     assert Alert.objects.filter(conversation=chat, kind="conversation_paused").exists()
+    # Staff's reason stays with staff: the person's notes and the agent read "paused by support".
+    notes = chat.handoffs.latest("version").current_state
+    assert "paused by support" in notes and "abusive" not in notes and "opal" not in notes
+    owner = Client()
+    owner.force_login(chat.owner)
+    page = owner.get(reverse("chat:conversation", args=[chat.pk])).content.decode()
+    assert "Support paused this conversation" in page and "abusive" not in page
