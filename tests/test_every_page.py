@@ -105,6 +105,8 @@ PK_OWNERS = [
     ("memory/", "fact"),
     ("dashboard/dead-letters/", "dead_letter"),
     ("dashboard/alerts/", "alert"),
+    ("dashboard/runs/", "run"),
+    ("dashboard/messages/", "message"),
     ("", "conversation"),
 ]
 
@@ -161,6 +163,7 @@ def world(client):
         "dead_letter": DeadLetter.objects.get(conversation=chat),
         "alert": alert,
         "handoff": handoff_latest(conversation_id=chat.pk),
+        "run": crashed,
     }
 
 
