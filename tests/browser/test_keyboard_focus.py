@@ -8,7 +8,7 @@ import re
 import pytest
 from playwright.sync_api import Page, expect
 
-from continuity.models import Message
+from continuity.models import Message, Run
 from continuity.ops.fake_model import FakeOpenAI, worker_settings
 from tests.browser.helpers import log_in
 from tests.dashboard.console import dead_letter_make
@@ -33,6 +33,18 @@ def focused(page: Page) -> str:
 
 def expect_focus_on(page: Page, element_id: str) -> None:
     wait_for(lambda: focused(page) == element_id, timeout=10, what=f"focus on #{element_id}")
+
+
+def answered_and_ended(message: Message) -> None:
+    """The page shows a reply once it is stored; its attempt ends just after."""
+    wait_for(
+        lambda: (
+            message.runs.filter(state=Run.State.COMPLETED).exists()
+            and not message.runs.filter(state=Run.State.RUNNING).exists()
+        ),
+        timeout=10,
+        what=f"the attempt on message {message.pk} to end",
+    )
 
 
 def press(page: Page, locator, key: str = "Enter") -> None:
@@ -70,6 +82,7 @@ def test_regenerate_a_version_switch_edit_and_retry_leave_focus_on_their_exchang
     )
     expect_focus_on(page, f"exchange-{again.pk}")
     expect(exchanges.last).to_have_attribute("data-state", "done")
+    answered_and_ended(again)  # versions switch only while nothing is being answered
 
     # A version switch: the version shown takes focus.
     press(page, page.get_by_role("button", name="Previous version"))
@@ -92,6 +105,7 @@ def test_regenerate_a_version_switch_edit_and_retry_leave_focus_on_their_exchang
     )
     expect_focus_on(page, f"exchange-{edited.pk}")
     expect(page.locator(f"#exchange-{edited.pk}")).to_have_attribute("data-state", "done")
+    answered_and_ended(edited)
 
     # Retry of a message that could not be processed: the message asked again takes focus.
     dead_exchange = page.locator(f"#exchange-{dead.pk}")
