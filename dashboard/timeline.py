@@ -104,34 +104,26 @@ def attempt_events(message: Message) -> list[Event]:
 
 def step_events(message: Message) -> list[Event]:
     """Checkpoints and streamed chunks, counted per attempt, at their first time."""
-    events = []
-    checkpoints = (
-        Checkpoint.objects.filter(message=message)
+    return [
+        *counted_per_attempt(Checkpoint, message, "checkpoint", "stored"),
+        *counted_per_attempt(ReplyChunk, message, "reply chunk", "streamed"),
+    ]
+
+
+def counted_per_attempt(model, message: Message, noun: str, verb: str) -> list[Event]:
+    rows = (
+        model.objects.filter(message=message)
         .values("run__attempt")
         .annotate(n=Count("id"), first=Min("created_at"), last=Max("created_at"))
     )
-    for row in checkpoints:
-        events.append(
-            Event(
-                row["first"],
-                f"{row['n']} checkpoint{'s' if row['n'] != 1 else ''} stored",
-                f"by attempt {row['run__attempt']}, the last at {row['last']:%H:%M:%S}",
-            )
+    return [
+        Event(
+            row["first"],
+            f"{row['n']} {noun}{'s' if row['n'] != 1 else ''} {verb}",
+            f"by attempt {row['run__attempt']}, the last at {row['last']:%H:%M:%S}",
         )
-    chunks = (
-        ReplyChunk.objects.filter(message=message)
-        .values("run__attempt")
-        .annotate(n=Count("id"), first=Min("created_at"), last=Max("created_at"))
-    )
-    for row in chunks:
-        events.append(
-            Event(
-                row["first"],
-                f"{row['n']} reply chunk{'s' if row['n'] != 1 else ''} streamed",
-                f"by attempt {row['run__attempt']}, the last at {row['last']:%H:%M:%S}",
-            )
-        )
-    return events
+        for row in rows
+    ]
 
 
 def dead_letter_events(message: Message) -> list[Event]:
