@@ -655,6 +655,9 @@
 
     function applyChunk(event) {
       const exchange = document.getElementById(`exchange-${event.message_id}`);
+      // Chunks held back behind a rendering come after it: one already answered (or that
+      // could not be, or is hidden) has all it will show, and asks for nothing.
+      if (exchange && !pending(exchange)) return;
       const box = exchange && exchange.querySelector("[data-streaming]");
       if (!box || Number(box.dataset.run) !== event.run_id) {
         if (!box || Number(box.dataset.run) < event.run_id) syncOne(event.message_id);
@@ -676,18 +679,33 @@
 
     // How often the shown branch had changed when the page last learned of it: a catch-up
     // that reports another count means a change was missed while offline, so the page reloads.
+    // Unless the change's own event follows: a catch-up read just after a switch was committed
+    // overtakes it on the socket, and the event then hides and shows the right exchanges.
     const box = exchangesBox();
+    const BRANCH_EVENT_GRACE_MS = 2000;
+    let reloadUnlessBranch = null; // {branch, timer} while a catch-up's branch count is unmet
     function reloadKeepingDraft() {
       keepDraft();
       window.location.reload();
     }
+    function branchLearned(branch) {
+      box.dataset.branch = String(branch);
+      if (reloadUnlessBranch && branch >= reloadUnlessBranch.branch) {
+        clearTimeout(reloadUnlessBranch.timer);
+        reloadUnlessBranch = null;
+      }
+    }
 
     function receive(event) {
       if (event.type === "exchanges") {
-        const missedBranchChange =
-          event.up_to !== undefined && event.branch !== Number(box.dataset.branch);
-        if (missedBranchChange) return reloadKeepingDraft();
-        if (event.branch !== undefined) box.dataset.branch = String(event.branch);
+        const catchUp = event.up_to !== undefined;
+        if (catchUp && event.branch !== Number(box.dataset.branch)) {
+          if (event.branch < Number(box.dataset.branch)) return reloadKeepingDraft();
+          if (!reloadUnlessBranch) {
+            const timer = setTimeout(reloadKeepingDraft, BRANCH_EVENT_GRACE_MS);
+            reloadUnlessBranch = { branch: event.branch, timer };
+          }
+        } else if (event.branch !== undefined) branchLearned(event.branch);
         upsertFragment(fragmentOf(event.html));
         if (event.status) showStatus(event.status);
         if (event.up_to) syncedUpTo = Math.max(syncedUpTo, event.up_to);

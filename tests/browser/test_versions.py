@@ -4,12 +4,15 @@ Chromium with daphne, a Celery worker running the `openai` brain, and the fake m
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from playwright.sync_api import Page, expect
 
+from continuity.delivery.branches import version_show
 from continuity.models import Message, Run, RunContext
 from continuity.ops.fake_model import FakeOpenAI, worker_settings
-from tests.browser.helpers import accessibility_violations, log_in
+from tests.browser.helpers import accessibility_violations, log_in, off_the_loop
 from tests.continuity.test_branches import answered
 from tests.factories import ConversationFactory, UserFactory
 from tests.processes import ARTIFACTS, WebProcess, WorkerProcess
@@ -132,6 +135,35 @@ def test_a_second_tab_follows_a_switch_of_versions(page: Page, site):
     page.get_by_role("button", name="Previous version").click()
     expect(other.locator(".bubble.assistant")).to_have_text(["Take 1. You said: Name a colour"])
     expect(other.get_by_text("Reply 1 of 2")).to_be_visible()
+
+
+def test_a_switch_of_versions_missed_while_offline_reloads_the_page_once_it_reconnects(
+    page: Page, site, processes
+):
+    user = UserFactory()
+    chat = ConversationFactory(owner=user)
+    log_in(page, site, user.username)
+    page.goto(f"{site.url}/c/{chat.pk}/")
+    ask(page, "Name a colour")
+    page.get_by_role("button", name="Regenerate").click()
+    expect(page.get_by_text("Reply 2 of 2")).to_be_visible()
+    expect(page.locator("article.exchange").last).to_have_attribute("data-state", "done")
+    first = Message.objects.get(text="Name a colour", version_of__isnull=True)
+    wait_for(
+        lambda: not Run.objects.filter(state=Run.State.RUNNING).exists(),
+        timeout=10,
+        what="the regenerated attempt to end",
+    )
+
+    site.kill_all()
+    expect(page.locator("[data-live-indicator]")).to_have_text(re.compile("reconnecting"))
+    off_the_loop(version_show, message=first)  # published to nobody
+    # The catch-up counts one more change of branch than the page saw, and no event follows
+    # it: the page reloads.
+    with page.expect_navigation(timeout=20_000):
+        processes.add(WebProcess(port=site.port))
+    expect(page.get_by_text("Reply 1 of 2")).to_be_visible()
+    expect(page.locator(".bubble.assistant")).to_have_text(["Take 1. You said: Name a colour"])
 
 
 def test_older_exchanges_load_when_scrolling_up(page: Page, site):
