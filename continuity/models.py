@@ -428,6 +428,10 @@ class StaffAction(models.Model):
         STOP = "stop", "Stopped a reply being written"
         RETRY_NOW = "retry_now", "Ended the conversation's wait (retry now)"
         ACKNOWLEDGE = "acknowledge", "Acknowledged the alert"
+        WORKER_SHUTDOWN = "worker_shutdown", "Shut a worker down gracefully"
+        POOL_GROW = "pool_grow", "Grew a worker's pool"
+        POOL_SHRINK = "pool_shrink", "Shrank a worker's pool"
+        POOL_RESTART = "pool_restart", "Restarted a worker's pool"
 
     kind = models.CharField(max_length=32, choices=Kind.choices)
     actor = models.ForeignKey(
@@ -445,6 +449,10 @@ class StaffAction(models.Model):
     )
     alert = models.ForeignKey(
         Alert, null=True, blank=True, on_delete=models.CASCADE, related_name="staff_actions"
+    )
+    # Kept when the worker's row goes: its name stays in `details`.
+    worker = models.ForeignKey(
+        "Worker", null=True, blank=True, on_delete=models.SET_NULL, related_name="staff_actions"
     )
     details = models.JSONField(
         default=dict, blank=True, help_text="For an edit: the original and the corrected text."

@@ -348,6 +348,9 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_RESULT_BACKEND_THREAD_SAFE = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_WORKER_SEND_TASK_EVENTS = False
+# Staff may restart a worker's pool from the console (delivery/worker_control.py): each process
+# ends after its current attempt and a fresh one takes its place.
+CELERY_WORKER_POOL_RESTARTS = True
 # Celery's Django fixup closes every database connection before and after each task (it no
 # longer honours CONN_MAX_AGE): a fresh connection per message cost 6 ms, and the hot path's
 # prepared statements with it. With this set, it closes them only every this many tasks; the

@@ -76,3 +76,7 @@ class BulkForm(forms.Form):
     query = forms.CharField(required=False)
     reason = forms.CharField(max_length=2000, required=False, widget=REASON_WIDGET)
     confirmed = forms.BooleanField(required=False)
+
+
+class WorkerCommandForm(forms.Form):
+    reason = forms.CharField(label="Why", max_length=2000, widget=REASON_WIDGET)

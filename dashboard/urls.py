@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import dead_letter_views, views
+from . import dead_letter_views, views, worker_views
 
 app_name = "dashboard"
 urlpatterns = [
@@ -40,6 +40,12 @@ urlpatterns = [
         "conversations/<int:pk>/resume/",
         views.conversation_resume_view,
         name="conversation_resume",
+    ),
+    path("workers/", worker_views.workers_view, name="workers"),
+    path(
+        "workers/<int:pk>/<slug:action>/",
+        worker_views.worker_command_view,
+        name="worker_command",
     ),
     path("alerts/", views.alerts, name="alerts"),
     path("alerts/<int:pk>/acknowledge/", views.alert_acknowledge_view, name="alert_acknowledge"),

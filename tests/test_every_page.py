@@ -107,6 +107,7 @@ PK_OWNERS = [
     ("dashboard/alerts/", "alert"),
     ("dashboard/runs/", "run"),
     ("dashboard/messages/", "message"),
+    ("dashboard/workers/", "worker"),
     ("", "conversation"),
 ]
 
@@ -149,7 +150,9 @@ def world(client):
     handled = Alert.objects.create(kind="conversation_paused", conversation=chat, text="earlier")
     alert_acknowledge(alert=handled, by=staff, reason="looked at it")
     now = timezone.now()
-    Worker.objects.create(name="w1@host", hostname="host", pid=1, started_at=now, last_seen_at=now)
+    worker = Worker.objects.create(
+        name="w1@host", hostname="host", pid=1, started_at=now, last_seen_at=now
+    )
     Group.objects.create(name="support")
     client.force_login(staff)
     Client().post("/accounts/login/", {"username": "opal", "password": "wrong"})  # axes' rows
@@ -164,6 +167,7 @@ def world(client):
         "alert": alert,
         "handoff": handoff_latest(conversation_id=chat.pk),
         "run": crashed,
+        "worker": worker,
     }
 
 
@@ -178,6 +182,7 @@ def path_of(route: str, world) -> str:
         "content_type_id": ContentType.objects.get_for_model(Conversation).pk,
         "object_id": world["conversation"].pk,
         "app_label": "continuity",
+        "action": "grow",  # a worker command's confirmation page
         "url": "no-such-page/",
     }
     if model := admin_model(route):

@@ -271,3 +271,61 @@ def test_the_timeline_of_a_message_that_crashed_twice_then_was_answered(browser,
     expect(events.filter(has_text="crash noticed")).to_have_count(2)
     assert_accessible(staff)
     screenshot(staff, "console-timeline.png")
+
+
+def every_width_and_scheme(page: Page, name: str) -> None:
+    for width, scheme in ((1280, "light"), (1280, "dark"), (390, "light"), (390, "dark")):
+        page.set_viewport_size({"width": width, "height": 900})
+        page.emulate_media(color_scheme=scheme)
+        assert_accessible(page)
+        screenshot(page, f"{name}-{width}-{scheme}.png")
+    page.set_viewport_size({"width": 1280, "height": 900})
+    page.emulate_media(color_scheme="light")
+
+
+def test_staff_shrink_a_pool_and_shut_a_worker_down_from_the_workers_table(browser, processes):
+    worker = processes.add(WorkerProcess(concurrency=2, CONTINUITY_BUILTIN_TOKEN_DELAY="0.05"))
+    site = processes.add(WebProcess())
+    user = page_of(browser, site, "ann")
+    staff = page_of(browser, site, "opal", is_staff=True)
+    staff.goto(f"{site.url}/dashboard/")
+    staff.get_by_role("link", name="Workers", exact=True).first.click()
+    row = staff.locator(f'[data-worker="{worker.node}"]')
+    expect(row.locator("[data-pool]")).to_have_text("2 processes, 0 busy")
+    every_width_and_scheme(staff, "console-workers")
+
+    row.get_by_role("link", name="Shrink pool…").click()
+    expect(staff.get_by_role("heading", name=f"Shrink the pool of {worker.node}?")).to_be_visible()
+    every_width_and_scheme(staff, "console-worker-shrink")
+    staff.get_by_label("Why").fill("A quiet night")
+    staff.get_by_role("button", name="Shrink the pool").click()
+    expect(staff.get_by_text(f"Worker {worker.node} shrinks its pool by one.")).to_be_visible()
+    expect(row.locator("[data-pool]")).to_have_text(re.compile(r"^1 process, \d busy$"))
+    expect(staff.locator('[data-audit="pool_shrink"]')).to_contain_text("A quiet night")
+
+    # A graceful shutdown while the user watches a reply: it is handed over, not lost.
+    user.get_by_label("Message").fill(
+        "Hi, my name is Ada, my goal is to finish the migration, and I like tea."
+    )
+    user.get_by_role("button", name="Send").click()
+    expect(user.locator("[data-streaming] .streamed")).not_to_be_empty(timeout=20_000)
+    row.get_by_role("link", name="Shut down…").click()
+    staff.get_by_label("Why").fill("Moving to a new host")
+    staff.get_by_role("button", name="Shut it down").click()
+    expect(staff.get_by_text(f"Worker {worker.node} shuts down")).to_be_visible()
+    wait_for(lambda: not worker.alive(), timeout=40, what="the worker to exit", every=0.2)
+    staff.reload()
+    expect(row.locator(".status")).to_have_text("stopped")
+    expect(row.locator("[data-pool]")).to_have_text("–")
+    expect(user.locator("#conversation-status")).to_contain_text(
+        "as soon as a worker is free", timeout=15_000
+    )
+    processes.add(WorkerProcess())
+    expect(user.locator("article.exchange").last).to_have_attribute(
+        "data-state", "done", timeout=30_000
+    )
+    message = Message.objects.get(text__startswith="Hi, my name is Ada")
+    assert list(message.runs.order_by("id").values_list("state", flat=True)) == [
+        "interrupted",
+        "completed",
+    ]

@@ -23,6 +23,7 @@ PAGES = [
     ("dashboard:crashes", None),
     ("dashboard:paused", None),
     ("dashboard:waiting", None),
+    ("dashboard:workers", None),
     ("dashboard:run_stop", "run"),
     ("dashboard:message_timeline", "message"),
     ("dashboard:conversation", "conversation"),

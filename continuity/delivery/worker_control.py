@@ -1,0 +1,168 @@
+"""Staff's controls over worker nodes, through Celery's remote control as Flower uses it: read
+each pool's size, grow, shrink or restart it, and shut a worker down gracefully.
+
+A graceful shutdown takes the path of a SIGTERM (`worker_signals.on_worker_shutting_down`):
+no attempt begins on the node any more, the running ones are handed over with a "planned
+shutdown" handoff, and the worker exits once its pool is idle. Celery's own `shutdown` command
+skips that handover, so the worker registers `continuity_shutdown` below.
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from celery import signals
+from celery.platforms import EX_OK
+from celery.worker import state as worker_state
+from celery.worker.control import control_command, ok
+from kombu.exceptions import OperationalError
+
+from continuity.celery import app as celery_app
+
+from ..models import StaffAction, Worker
+from .audit import staff_action_record
+
+logger = logging.getLogger(__name__)
+
+# How long the console waits for workers to answer: a live worker answers in milliseconds,
+# and a page must not hang on one that died without saying goodbye.
+INSPECT_TIMEOUT_SECONDS = 1.0
+# A shutdown answers once its attempts are handed over (bounded by SHUTDOWN_HANDOFF_SECONDS).
+COMMAND_TIMEOUT_SECONDS = 5.0
+
+
+class BrokerUnavailable(Exception):
+    """The broker did not take the request: no worker can be asked anything."""
+
+
+class CommandRefused(Exception):
+    """The worker answered with an error, or not at all."""
+
+
+@dataclass(frozen=True)
+class Pool:
+    processes: int
+    busy: int
+
+
+@dataclass(frozen=True)
+class Command:
+    kind: str  # a StaffAction.Kind
+    name: str  # the remote control command
+    arguments: dict
+    done: str  # what staff are told once the worker took it
+
+
+COMMANDS = {
+    "shutdown": Command(
+        StaffAction.Kind.WORKER_SHUTDOWN,
+        "continuity_shutdown",
+        {},
+        "shuts down: its running attempts are handed over, and it exits once its pool is idle",
+    ),
+    "grow": Command(StaffAction.Kind.POOL_GROW, "pool_grow", {"n": 1}, "grows its pool by one"),
+    "shrink": Command(
+        StaffAction.Kind.POOL_SHRINK, "pool_shrink", {"n": 1}, "shrinks its pool by one"
+    ),
+    "restart": Command(
+        StaffAction.Kind.POOL_RESTART,
+        "pool_restart",
+        {},
+        "restarts its pool: each process ends after its current attempt and a new one takes "
+        "its place",
+    ),
+}
+
+
+@contextmanager
+def broker_connection():
+    """A connection to the broker, made at once or BrokerUnavailable: kombu would otherwise
+    retry a broker that is down for as long as the page waits."""
+    with celery_app.connection_for_write() as connection:
+        try:
+            connection.ensure_connection(max_retries=1, timeout=INSPECT_TIMEOUT_SECONDS)
+        except (OperationalError, OSError) as error:
+            raise BrokerUnavailable(str(error)) from error
+        yield connection
+
+
+def pools_of(names: list[str]) -> dict[str, Pool]:
+    """The pool of each named worker that answered; BrokerUnavailable when none can be asked."""
+    if not names:
+        return {}
+    with broker_connection() as connection:
+        try:
+            stats = inspect(names, connection).stats() or {}
+            # Only those that answered: waiting out one that did not costs a second.
+            active = (inspect(list(stats), connection).active() or {}) if stats else {}
+        except (OperationalError, OSError) as error:
+            raise BrokerUnavailable(str(error)) from error
+    return {
+        name: Pool(
+            processes=len(stat.get("pool", {}).get("processes", [])),
+            busy=len(active.get(name, [])),
+        )
+        for name, stat in stats.items()
+    }
+
+
+def inspect(names: list[str], connection):
+    return celery_app.control.inspect(
+        destination=names, timeout=INSPECT_TIMEOUT_SECONDS, connection=connection
+    )
+
+
+def worker_command(*, worker: Worker, action: str, by, reason: str) -> str:
+    """Send `action` (a COMMANDS key) to `worker`, and record who asked and why once it took
+    it. What the worker said, for staff."""
+    command = COMMANDS[action]
+    if action == "shrink":
+        pool = pools_of([worker.name]).get(worker.name)
+        if pool is not None and pool.processes <= 1:
+            raise CommandRefused(
+                "Its pool has one process: shrinking it would leave no process to answer. "
+                "Shut the worker down instead."
+            )
+    with broker_connection() as connection:
+        try:
+            replies = celery_app.control.broadcast(
+                command.name,
+                arguments=command.arguments,
+                destination=[worker.name],
+                reply=True,
+                limit=1,
+                timeout=COMMAND_TIMEOUT_SECONDS,
+                connection=connection,
+            )
+        except (OperationalError, OSError) as error:
+            raise BrokerUnavailable(str(error)) from error
+    answer = next((reply[worker.name] for reply in replies or [] if worker.name in reply), None)
+    if answer is None:
+        raise CommandRefused(
+            f"It did not answer within {COMMAND_TIMEOUT_SECONDS:g} s: it may be stopped, or "
+            "busy beyond reach. Nothing was recorded."
+        )
+    if "error" in answer:
+        raise CommandRefused(f"It refused: {answer['error']}")
+    staff_action_record(
+        kind=command.kind,
+        by=by,
+        reason=reason,
+        worker=worker,
+        details={"worker": worker.name, "answer": answer.get("ok", "")},
+    )
+    logger.info("Worker %s: %s by %s (%s)", worker.name, command.name, by, reason)
+    return f"Worker {worker.name} {command.done}."
+
+
+@control_command()
+def continuity_shutdown(state, **kwargs):
+    """A graceful shutdown asked by staff, as a SIGTERM does it (celery.apps.worker's warm
+    shutdown handler): the handover first, then the consumer stops."""
+    signals.worker_shutting_down.send(
+        sender=state.consumer.hostname, sig="remote", how="Warm", exitcode=EX_OK
+    )
+    worker_state.should_stop = EX_OK
+    return ok("shutting down")
