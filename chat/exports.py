@@ -6,6 +6,7 @@ import functools
 from datetime import datetime
 from zoneinfo import ZoneInfo, available_timezones
 
+from continuity.delivery.takeover import support_name
 from continuity.models import Conversation, Message
 
 from .rendering import markdown_closed
@@ -13,7 +14,11 @@ from .rendering import markdown_closed
 
 def export_messages(conversation: Conversation):
     """The shown branch, as the page shows it; other versions stay in the app."""
-    return conversation.messages.filter(hidden_with__isnull=True).order_by("id")
+    return (
+        conversation.messages.filter(hidden_with__isnull=True)
+        .select_related("author")
+        .order_by("id")
+    )
 
 
 @functools.cache
@@ -44,7 +49,7 @@ def export_markdown(conversation: Conversation, zone: ZoneInfo | None = None) ->
         "",
     ]
     for message in export_messages(conversation):
-        who = "You" if message.role == Message.Role.USER else "Assistant"
+        who = author_of(message)
         lines += [f"## {who} · {export_time(message.created_at, zone)}", ""]
         if message.role == Message.Role.USER and message.state == Message.State.DEAD:
             lines += ["*(This message could not be processed.)*", ""]
@@ -53,6 +58,14 @@ def export_markdown(conversation: Conversation, zone: ZoneInfo | None = None) ->
             continue
         lines += [message.text, ""]
     return "\n".join(lines)
+
+
+def author_of(message: Message) -> str:
+    if message.role == Message.Role.USER:
+        return "You"
+    if message.role == Message.Role.STAFF:
+        return f"{support_name(message.author) if message.author else 'Someone'} (support)"
+    return "Assistant"
 
 
 def ending_of(message: Message) -> str:
@@ -80,7 +93,9 @@ def export_json(conversation: Conversation, zone: ZoneInfo | None = None) -> dic
                 "created_at": message.created_at.astimezone(zone).isoformat(),
                 "reply_to": message.reply_to_id,
                 "stopped": message.stopped,
+                "stopped_by_staff": message.stopped_by_staff,
                 "cut_off": message.cut_off,
+                **({"author": author_of(message)} if message.role == Message.Role.STAFF else {}),
             }
             for message in export_messages(conversation)
         ],

@@ -381,6 +381,7 @@ class ConversationAdmin(admin.ModelAdmin):
     readonly_fields = [
         "state", "paused_reason", "retry_at", "client_id", "enqueued_at", "archived_at",
         "created_at", "updated_at", "branch_changes", "history", "context_tools",
+        "taken_over_by", "handed_back_at",
     ]  # fmt: skip
     inlines = [MessageInline, RunInline, HandoffInline]
     actions = ["resume"]
@@ -463,7 +464,8 @@ class MessageAdmin(admin.ModelAdmin):
     # (moderation), and correct a failed one through its dead letter's edit and retry.
     readonly_fields = ["conversation", "role", "text", "state", "attempts", "interruptions",
                        "version", "client_id", "reply_to", "reasked_from", "version_of",
-                       "hidden_with", "created_at", "updated_at", "related"]  # fmt: skip
+                       "hidden_with", "author", "created_at", "updated_at",
+                       "related"]  # fmt: skip
 
     def has_add_permission(self, request):
         return False

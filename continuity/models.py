@@ -12,6 +12,8 @@ class Conversation(models.Model):
     class State(models.TextChoices):
         ACTIVE = "active", "Active"
         PAUSED = "paused", "Paused"
+        # A person from support answers instead of the agent until they hand it back.
+        TAKEN_OVER = "taken_over", "Taken over by support"
 
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="conversations"
@@ -68,6 +70,17 @@ class Conversation(models.Model):
         blank=True,
         help_text="Archived by its owner: out of the sidebar, still answered and searchable.",
     )
+    taken_over_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="The staff member answering it instead of the agent, while taken over.",
+    )
+    handed_back_at = models.DateTimeField(
+        null=True, blank=True, help_text="When support last handed it back to the agent."
+    )
     branch_changes = models.PositiveIntegerField(
         default=0,
         help_text="Bumped whenever the shown branch changes (an edit, a regeneration, a switch "
@@ -102,6 +115,7 @@ class Message(models.Model):
     class Role(models.TextChoices):
         USER = "user", "User"
         ASSISTANT = "assistant", "Assistant"
+        STAFF = "staff", "Support"  # a reply written by a person from support (a takeover)
 
     class State(models.TextChoices):
         QUEUED = "queued", "Queued"
@@ -150,6 +164,14 @@ class Message(models.Model):
         default=False,
         db_default=False,  # raw inserts need not name it
         help_text="For a stopped reply: staff stopped it from the console, not its owner.",
+    )
+    author = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="For a reply by support: who wrote it.",
     )
     cut_off = models.BooleanField(
         default=False,
@@ -270,6 +292,12 @@ class Run(models.Model):
         # No index led by the state: a plan made for any state (a fence's `id = %s AND state =
         # %s`) would walk it through every completed run instead of taking the primary key.
         # The watchdog's live attempts are the rows of the lease's index above.
+        indexes = [
+            # The attempts that ended in five minutes, for the history (delivery/history.py).
+            models.Index(
+                fields=["ended_at"], condition=Q(ended_at__isnull=False), name="run_ended_at"
+            )
+        ]
 
     def __str__(self) -> str:
         return f"Run {self.pk} of message {self.message_id} (attempt {self.attempt}, {self.state})"
@@ -384,6 +412,7 @@ class DeadLetter(models.Model):
         indexes = [
             models.Index(fields=["status", "-created_at"]),
             models.Index(fields=["error_class", "-created_at"]),
+            models.Index(fields=["created_at"]),  # five minutes of them, for the history
         ]
 
     def __str__(self) -> str:
@@ -432,6 +461,9 @@ class StaffAction(models.Model):
         POOL_GROW = "pool_grow", "Grew a worker's pool"
         POOL_SHRINK = "pool_shrink", "Shrank a worker's pool"
         POOL_RESTART = "pool_restart", "Restarted a worker's pool"
+        TAKE_OVER = "take_over", "Took the conversation over"
+        STAFF_REPLY = "staff_reply", "Replied as support"
+        HAND_BACK = "hand_back", "Handed the conversation back"
 
     kind = models.CharField(max_length=32, choices=Kind.choices)
     actor = models.ForeignKey(
@@ -548,6 +580,7 @@ class Handoff(models.Model):
         USER_CORRECTION = "user_correction", "Corrected by the user"
         FORGOTTEN = "forgotten", "Forgotten by the user"
         SCOPES_SPLIT = "scopes_split", "Goal moved here from the person's memory"
+        HANDED_BACK = "handed_back", "Handed back by support"
 
     conversation = models.ForeignKey(
         Conversation, on_delete=models.CASCADE, related_name="handoffs"
@@ -720,6 +753,7 @@ class Recovery(models.Model):
     class Meta:
         ordering = ["id"]
         verbose_name_plural = "recoveries"
+        indexes = [models.Index(fields=["resumed_at"])]  # five minutes of them, for the history
 
     def __str__(self) -> str:
         return f"Recovery of message {self.message_id} after {self.get_kind_display()}"
@@ -727,3 +761,35 @@ class Recovery(models.Model):
     @property
     def down_seconds(self) -> float:
         return max(0.0, (self.resumed_at - self.interrupted_at).total_seconds())
+
+
+class HistoryBucket(models.Model):
+    """Five minutes of what happened, counted once they are over (`delivery/history.py`):
+    the console's history charts and /metrics' counters read these, which retention keeps, so
+    neither slows down with the rows nor falls when old rows are deleted."""
+
+    start = models.DateTimeField(unique=True, help_text="UTC, on a five-minute boundary.")
+    rolled_up = models.BooleanField(
+        default=False, help_text="Counted: the five minutes are over and their rows were read."
+    )
+    answered = models.PositiveIntegerField(default=0, help_text="Replies stored.")
+    reply_seconds = models.FloatField(default=0, help_text="Their times from message to reply.")
+    replies_within = models.JSONField(
+        default=list,
+        help_text="Replies per bound of history.REPLY_BOUNDS_SECONDS (the last: beyond them).",
+    )
+    attempts = models.JSONField(default=dict, help_text="Attempts ended, by outcome.")
+    recoveries = models.PositiveIntegerField(default=0)
+    dead_letters = models.PositiveIntegerField(default=0)
+    queue_depth = models.PositiveIntegerField(
+        null=True, blank=True, help_text="The most messages waiting at one sample."
+    )
+    totals = models.JSONField(
+        default=dict, help_text="The counts above summed over every bucket through this one."
+    )
+
+    class Meta:
+        ordering = ["start"]
+
+    def __str__(self) -> str:
+        return f"History from {self.start:%Y-%m-%d %H:%M} UTC"

@@ -334,7 +334,22 @@ def conversation_status(conversation: Conversation) -> dict:
             hidden_with__isnull=True,
         ).exists()
     )
-    return {"conversation": conversation, "retry_in": retry_in, "resuming": resuming}
+    # "The assistant is back" after support handed it back, until the agent has answered
+    # (both times on the database's clock).
+    back = conversation.handed_back_at is not None and not (
+        Run.objects.filter(
+            conversation_id=conversation.pk,
+            state=Run.State.COMPLETED,
+            started_at__gt=conversation.handed_back_at,
+        ).exists()
+    )
+    return {
+        "conversation": conversation,
+        "retry_in": retry_in,
+        "resuming": resuming,
+        "support": conversation.taken_over_by if conversation.state == "taken_over" else None,
+        "assistant_back": back and conversation.state == Conversation.State.ACTIVE,
+    }
 
 
 @dataclass(frozen=True)

@@ -437,6 +437,9 @@ CONTINUITY_CHECKPOINT_RETENTION_DAYS = env_float("CONTINUITY_CHECKPOINT_RETENTIO
 CONTINUITY_PRUNE_EVERY_SECONDS = env_float("CONTINUITY_PRUNE_EVERY_SECONDS", 3600)
 # Attempts, resolved crashes, acknowledged alerts, handled dead letters and departed workers.
 CONTINUITY_HISTORY_RETENTION_DAYS = env_float("CONTINUITY_HISTORY_RETENTION_DAYS", 90)
+# How often the watchdog samples the queue depth and rolls finished five minutes up into the
+# history (delivery/history.py); those buckets are kept whatever the retention.
+CONTINUITY_HISTORY_EVERY_SECONDS = env_float("CONTINUITY_HISTORY_EVERY_SECONDS", 15)
 # A drain task waiting in the queue is marked in Redis, so a conversation has at most one: a
 # flood in one conversation cannot push everyone else's messages to the back of the queue. The
 # marker expires after this long in case its task was lost after the marker was set.

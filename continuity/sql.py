@@ -223,6 +223,13 @@ def db_now() -> str:
     return "STRFTIME('%%Y-%%m-%%d %%H:%%M:%%f', 'NOW')"
 
 
+def database_now() -> datetime:
+    """The database's clock, read: the moment `db_now()` would write."""
+    with _db().cursor() as cursor:
+        cursor.execute(f"SELECT {db_now()}", [])  # with parameters: SQLite's %% become %
+        return datetime_value(cursor.fetchone()[0])
+
+
 def datetime_value(value: datetime | str | None) -> datetime | None:
     """A timestamp column as read back: SQLite holds UTC without a time zone."""
     if isinstance(value, str):

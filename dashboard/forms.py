@@ -80,3 +80,22 @@ class BulkForm(forms.Form):
 
 class WorkerCommandForm(forms.Form):
     reason = forms.CharField(label="Why", max_length=2000, widget=REASON_WIDGET)
+
+
+class TakeOverForm(forms.Form):
+    reason = forms.CharField(label="Why take it over", max_length=2000, widget=REASON_WIDGET)
+
+
+class StaffReplyForm(forms.Form):
+    text = forms.CharField(
+        label="Your reply", max_length=8000, widget=forms.Textarea(attrs={"rows": 3})
+    )
+    answering = forms.IntegerField(widget=forms.HiddenInput, required=False)
+
+
+class HandBackForm(forms.Form):
+    note = forms.CharField(
+        label="Note for the assistant (it reads it before its next reply)",
+        max_length=4000,
+        widget=forms.Textarea(attrs={"rows": 3}),
+    )

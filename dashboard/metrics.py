@@ -1,24 +1,21 @@
 """GET /metrics: Prometheus series about messages, attempts, dead letters and workers.
 
 Every value is read from the database at scrape time, never kept in process memory, so all web
-processes report the same numbers and they match what the database holds.
+processes report the same numbers and they match what the database holds. Counters come from
+the history's five-minute buckets and the minutes since, so retention never makes them fall.
 """
 
 from __future__ import annotations
 
 import hmac
 from collections.abc import Iterator
-from datetime import timedelta
+from itertools import accumulate
 
 from django.conf import settings
 from django.db.models import (
     Count,
-    F,
     Q,
-    Sum,
-    Value,
 )
-from django.db.models.functions import Greatest
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
@@ -32,6 +29,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
+from continuity.delivery.history import REPLY_BOUNDS_SECONDS, Counts, counts_ever
 from continuity.models import Conversation, DeadLetter, Message, Run, Worker
 
 from .selectors import oldest_age, workers_live
@@ -66,19 +64,30 @@ def message_metrics() -> Iterator[Metric]:
     )
 
 
-def attempt_metric() -> Metric:
-    stats = Run.objects.aggregate(
-        started=Count("pk"),
-        **{state: Count("pk", filter=Q(state=state)) for state in RUN_OUTCOMES},
-    )
+def history_metrics() -> Iterator[Metric]:
+    """Counters from the history's rolled-up buckets (delivery/history.py): they never fall when
+    retention or a deletion removes the rows they counted."""
+    counts = counts_ever()
     attempts = CounterMetricFamily(
         "continuity_attempts",
-        "Processing attempts (Run rows still kept): started, and those ended in each outcome.",
+        "Processing attempts ended, in all (ended) and in each outcome; up to 9 minutes behind.",
         labels=["outcome"],
     )
-    for outcome in ["started", *RUN_OUTCOMES]:
-        attempts.add_metric([outcome], stats[outcome])
-    return attempts
+    attempts.add_metric(["ended"], sum(counts.attempts.values()))
+    for outcome in RUN_OUTCOMES:
+        attempts.add_metric([outcome], counts.attempts.get(outcome, 0))
+    yield attempts
+    yield CounterMetricFamily(
+        "continuity_recoveries",
+        "Attempts that resumed what an interrupted one had done.",
+        value=counts.recoveries,
+    )
+    yield CounterMetricFamily(
+        "continuity_dead_lettered",
+        "Messages set aside as dead letters.",
+        value=counts.dead_letters,
+    )
+    yield reply_metric(counts)
 
 
 def dead_letter_metric() -> Metric:
@@ -93,41 +102,28 @@ def dead_letter_metric() -> Metric:
     return dead_letters
 
 
-def reply_metric() -> Metric:
-    """Bucket counts and sum in one aggregate query; no reply row is loaded into Python."""
-    # Question and reply are stamped by different hosts; skew must not give a negative time.
-    delay = Greatest(F("created_at") - F("reply_to__created_at"), Value(timedelta(0)))
-    replies = Message.objects.filter(role=Message.Role.ASSISTANT, reply_to__isnull=False)
-    stats = replies.annotate(delay=delay).aggregate(
-        **{
-            f"le_{i}": Count("pk", filter=Q(delay__lte=timedelta(seconds=bound)))
-            for i, bound in enumerate(REPLY_BUCKETS_SECONDS)
-        },
-        count=Count("pk"),
-        total=Sum("delay"),
-    )
-    buckets = [
-        (floatToGoString(bound), stats[f"le_{i}"]) for i, bound in enumerate(REPLY_BUCKETS_SECONDS)
-    ]
+def reply_metric(counts: Counts) -> Metric:
+    """The replies per bound of the history, summed into Prometheus' cumulative buckets."""
+    within = dict(zip(REPLY_BOUNDS_SECONDS, accumulate(counts.replies_within), strict=False))
+    buckets = [(floatToGoString(bound), within[bound]) for bound in REPLY_BUCKETS_SECONDS]
     return HistogramMetricFamily(
         "continuity_reply_seconds",
         "Time from a user message to its stored reply.",
-        buckets=[*buckets, ("+Inf", stats["count"])],
-        sum_value=stats["total"].total_seconds() if stats["total"] else 0.0,
+        buckets=[*buckets, ("+Inf", counts.answered)],
+        sum_value=counts.reply_seconds,
     )
 
 
 class ContinuityCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         yield from message_metrics()
-        yield attempt_metric()
+        yield from history_metrics()
         yield dead_letter_metric()
         yield GaugeMetricFamily(
             "continuity_conversations_paused",
             "Conversations paused after repeated crashes, waiting for staff.",
             value=Conversation.objects.filter(state=Conversation.State.PAUSED).count(),
         )
-        yield reply_metric()
         yield GaugeMetricFamily(
             "continuity_workers_live",
             "Worker nodes running and seen within two heartbeat intervals "

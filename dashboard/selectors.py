@@ -248,7 +248,7 @@ def waiting_conversations() -> QuerySet[Conversation]:
     )
     return (
         Conversation.objects.filter(queued)
-        .select_related("owner")
+        .select_related("owner", "taken_over_by")
         .annotate(
             queued_count=Count("messages", filter=queued, distinct=True),
             waited=ExpressionWrapper(
@@ -269,7 +269,10 @@ def waiting_of(conversation: Conversation) -> Waiting:
     left = conversation.backoff_left
     backing_off = left is not None and left > timedelta(0)
     active = conversation.state == Conversation.State.ACTIVE
-    if not active:
+    if conversation.state == Conversation.State.TAKEN_OVER:
+        who = conversation.taken_over_by.get_username() if conversation.taken_over_by else "staff"
+        why = f"Taken over by {who}: support answers, the assistant waits"
+    elif not active:
         why = conversation.paused_reason or "Paused"
     elif conversation.answering:
         why = "Its turn: an earlier message is being answered"

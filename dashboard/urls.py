@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import dead_letter_views, views, worker_views
+from . import dead_letter_views, history_views, takeover_views, views, worker_views
 
 app_name = "dashboard"
 urlpatterns = [
@@ -36,11 +36,16 @@ urlpatterns = [
     ),
     path("conversations/<int:pk>/pause/", views.conversation_pause_view, name="conversation_pause"),
     path("conversations/<int:pk>/", views.conversation_detail, name="conversation"),
+    path("conversations/<int:pk>/take-over/", takeover_views.take_over_view, name="take_over"),
+    path("conversations/<int:pk>/reply/", takeover_views.staff_reply_view, name="staff_reply"),
+    path("conversations/<int:pk>/hand-back/", takeover_views.hand_back_view, name="hand_back"),
+    path("conversations/<int:pk>/thread/", takeover_views.thread_view, name="thread"),
     path(
         "conversations/<int:pk>/resume/",
         views.conversation_resume_view,
         name="conversation_resume",
     ),
+    path("history/", history_views.history_view, name="history"),
     path("workers/", worker_views.workers_view, name="workers"),
     path(
         "workers/<int:pk>/<slug:action>/",

@@ -29,6 +29,7 @@ from . import selectors
 from .charts import timeline_chart
 from .decorators import staff_required
 from .forms import OptionalReasonForm, PauseForm, ReasonForm, RetryNowForm, StopForm
+from .takeover_forms import takeover_context
 from .timeline import message_timeline
 
 PAGE_SIZE = 50
@@ -214,16 +215,20 @@ def run_stop(request: HttpRequest, pk: int) -> HttpResponse:
     return redirect("dashboard:index")
 
 
-def conversation_page(request, conversation, *, resume_form=None, status=200) -> HttpResponse:
+def conversation_page(
+    request, conversation, *, resume_form=None, status=200, **takeover_forms
+) -> HttpResponse:
     return render(
         request,
         "dashboard/conversation.html",
         {
             "conversation": conversation,
+            **takeover_context(conversation, **takeover_forms),
             "chart": timeline_chart(
                 selectors.crash_timeline(hours=24 * 7, crashes=conversation.crashes.all())
             ),
             "crashes": conversation.crashes.select_related("message", "run")[:200],
+            "runs": conversation.runs.select_related("message").order_by("-id")[:50],
             "alerts": conversation.alerts.all()[:50],
             "dead_letters": conversation.dead_letters.all()[:50],
             "actions": StaffAction.objects.filter(conversation=conversation)[:100],

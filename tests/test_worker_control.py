@@ -56,7 +56,7 @@ def test_a_pool_grows_and_shrinks_and_each_change_is_audited(processes):
 def test_a_pool_of_one_process_is_not_shrunk_to_none(processes):
     worker = processes.add(WorkerProcess(concurrency=1))
     staff = UserFactory(is_staff=True)
-    with pytest.raises(CommandRefused, match="leave no process"):
+    with pytest.raises(CommandRefused, match="It refused: its pool has one process"):
         worker_command(
             worker=Worker.objects.get(name=worker.node), action="shrink", by=staff, reason="x"
         )

@@ -11,6 +11,7 @@ from django.utils.safestring import SafeString, mark_safe
 
 from chat.rendering import fact_label, markdown_closed, markdown_plain, markdown_to_safe_html
 from continuity.delivery.alerts import alerts_reach_someone
+from continuity.delivery.takeover import support_name as takeover_support_name
 
 register = template.Library()
 register.filter("fact_label", fact_label)
@@ -50,3 +51,9 @@ def local_time(at: datetime) -> SafeString:
 def new_client_id() -> str:
     """A client id for a form that adds a message: a resubmitted form finds what it added."""
     return str(uuid.uuid4())
+
+
+@register.simple_tag
+def support_name(user) -> str:
+    """A person from support as the user sees them; an account since deleted is "Someone"."""
+    return takeover_support_name(user) if user is not None else "Someone"

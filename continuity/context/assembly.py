@@ -68,12 +68,16 @@ QUESTIONS = (
 )
 # Those the newest summary does not cover.
 AFTER_SUMMARY = f"t.id > COALESCE((SELECT covers_through_id FROM ({LATEST_SUMMARY}) AS s), 0)"
+SUPPORT_WROTE = "(A person from support wrote this reply, not you.) "
 # Each question with its reply and, on the newest question only, the checkpoint of its plan
 # step (the task state it left).
 TURN_COLUMNS = (
     "SELECT t.id, t.role, t.text, "
     "(SELECT a.id FROM continuity_message AS a WHERE a.reply_to_id = t.id), "
-    "(SELECT a.text FROM continuity_message AS a WHERE a.reply_to_id = t.id), "
+    # A reply from support (a takeover) is marked as such: the agent must not take it for its
+    # own words.
+    f"(SELECT CASE WHEN a.role = '{Message.Role.STAFF}' THEN '{SUPPORT_WROTE}' || a.text "
+    "ELSE a.text END FROM continuity_message AS a WHERE a.reply_to_id = t.id), "
     "CASE WHEN t.id = MAX(t.id) OVER () THEN (SELECT c.id FROM continuity_checkpoint AS c "
     "WHERE c.message_id = t.id AND c.step = 'plan') END, "
     "CASE WHEN t.id = MAX(t.id) OVER () THEN (SELECT c.output FROM continuity_checkpoint AS c "

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from celery import signals
 from celery.platforms import EX_OK
 from celery.worker import state as worker_state
-from celery.worker.control import control_command, ok
+from celery.worker.control import control_command, nok, ok, pool_shrink
 from kombu.exceptions import OperationalError
 
 from continuity.celery import app as celery_app
@@ -29,8 +29,10 @@ logger = logging.getLogger(__name__)
 # How long the console waits for workers to answer: a live worker answers in milliseconds,
 # and a page must not hang on one that died without saying goodbye.
 INSPECT_TIMEOUT_SECONDS = 1.0
-# A shutdown answers once its attempts are handed over (bounded by SHUTDOWN_HANDOFF_SECONDS).
+# How long a command may take to answer; a shutdown answers once its attempts are handed over,
+# which takes at most SHUTDOWN_HANDOFF_SECONDS.
 COMMAND_TIMEOUT_SECONDS = 5.0
+SHUTDOWN_TIMEOUT_SECONDS = 20.0
 
 
 class BrokerUnavailable(Exception):
@@ -53,6 +55,7 @@ class Command:
     name: str  # the remote control command
     arguments: dict
     done: str  # what staff are told once the worker took it
+    timeout: float = COMMAND_TIMEOUT_SECONDS
 
 
 COMMANDS = {
@@ -61,10 +64,11 @@ COMMANDS = {
         "continuity_shutdown",
         {},
         "shuts down: its running attempts are handed over, and it exits once its pool is idle",
+        timeout=SHUTDOWN_TIMEOUT_SECONDS,
     ),
     "grow": Command(StaffAction.Kind.POOL_GROW, "pool_grow", {"n": 1}, "grows its pool by one"),
     "shrink": Command(
-        StaffAction.Kind.POOL_SHRINK, "pool_shrink", {"n": 1}, "shrinks its pool by one"
+        StaffAction.Kind.POOL_SHRINK, "continuity_pool_shrink", {}, "shrinks its pool by one"
     ),
     "restart": Command(
         StaffAction.Kind.POOL_RESTART,
@@ -118,13 +122,6 @@ def worker_command(*, worker: Worker, action: str, by, reason: str) -> str:
     """Send `action` (a COMMANDS key) to `worker`, and record who asked and why once it took
     it. What the worker said, for staff."""
     command = COMMANDS[action]
-    if action == "shrink":
-        pool = pools_of([worker.name]).get(worker.name)
-        if pool is not None and pool.processes <= 1:
-            raise CommandRefused(
-                "Its pool has one process: shrinking it would leave no process to answer. "
-                "Shut the worker down instead."
-            )
     with broker_connection() as connection:
         try:
             replies = celery_app.control.broadcast(
@@ -133,7 +130,7 @@ def worker_command(*, worker: Worker, action: str, by, reason: str) -> str:
                 destination=[worker.name],
                 reply=True,
                 limit=1,
-                timeout=COMMAND_TIMEOUT_SECONDS,
+                timeout=command.timeout,
                 connection=connection,
             )
         except (OperationalError, OSError) as error:
@@ -141,7 +138,7 @@ def worker_command(*, worker: Worker, action: str, by, reason: str) -> str:
     answer = next((reply[worker.name] for reply in replies or [] if worker.name in reply), None)
     if answer is None:
         raise CommandRefused(
-            f"It did not answer within {COMMAND_TIMEOUT_SECONDS:g} s: it may be stopped, or "
+            f"It did not answer within {command.timeout:g} s: it may be stopped, or "
             "busy beyond reach. Nothing was recorded."
         )
     if "error" in answer:
@@ -155,6 +152,21 @@ def worker_command(*, worker: Worker, action: str, by, reason: str) -> str:
     )
     logger.info("Worker %s: %s by %s (%s)", worker.name, command.name, by, reason)
     return f"Worker {worker.name} {command.done}."
+
+
+SHRINK_REFUSED = (
+    "its pool has one process: shrinking it would leave no process to answer. Shut the worker "
+    "down instead."
+)
+
+
+@control_command()
+def continuity_pool_shrink(state, **kwargs):
+    """Celery's pool_shrink by one, refused by the worker itself for a pool of one: the
+    console's reading of the pool may be stale, or two staff may shrink it at once."""
+    if state.consumer.pool.num_processes <= 1:
+        return nok(SHRINK_REFUSED)
+    return pool_shrink(state, n=1)
 
 
 @control_command()

@@ -81,7 +81,9 @@
   // A catch-up sends the status again: the same one stays in place (its live region is not read
   // out again, a focused *Retry now* keeps focus), as does a countdown that still agrees.
   function sameStatus(current, incoming) {
-    const marks = ["[data-paused]", "[data-retry]", "[data-resuming]"];
+    const marks = [
+      "[data-paused]", "[data-retry]", "[data-resuming]", "[data-taken-over]", "[data-assistant-back]",
+    ];
     const kind = (el) => [el.dataset.state, ...marks.map((mark) => !!el.querySelector(mark))].join();
     if (kind(current) !== kind(incoming)) return false;
     const countdown = incoming.querySelector("[data-countdown]");
@@ -98,7 +100,9 @@
     const status = document.getElementById("conversation-status");
     // A countdown at zero ("Picking up again now…") still explains the wait.
     tickCountdown(status, now);
-    const waitExplained = !!status?.querySelector("[data-paused], [data-resuming], [data-retry]");
+    const waitExplained = !!status?.querySelector(
+      "[data-paused], [data-resuming], [data-retry], [data-taken-over]",
+    );
     const hint = document.querySelector("[data-slow-hint]");
     if (!hint) return;
     const slow = [...document.querySelectorAll("[data-exchange]")].some(

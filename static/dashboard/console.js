@@ -49,4 +49,32 @@
   document.addEventListener("DOMContentLoaded", setUp);
   // The overview refreshes its tables with htmx: their times follow the chosen clock too.
   document.addEventListener("htmx:afterSettle", () => showTimes(localStorage.getItem(KEY) === "local"));
+
+  // A table wider than the screen scrolls in its wrapper: keyboard users reach it with Tab and
+  // scroll it with the arrow keys, and screen readers hear what it is (WCAG 2.1.1).
+  function scrollableTables() {
+    document.querySelectorAll(".table-wrap").forEach((wrap) => {
+      if (wrap.scrollWidth > wrap.clientWidth) {
+        const table = wrap.querySelector("table");
+        wrap.tabIndex = 0;
+        wrap.setAttribute("role", "region");
+        wrap.setAttribute("aria-label", table?.dataset.table ? `${table.dataset.table} table` : "Table");
+      } else {
+        wrap.removeAttribute("tabindex");
+        wrap.removeAttribute("role");
+        wrap.removeAttribute("aria-label");
+      }
+    });
+  }
+  document.addEventListener("DOMContentLoaded", scrollableTables);
+  document.addEventListener("htmx:afterSettle", scrollableTables);
+  window.addEventListener("resize", scrollableTables);
+
+  // A taken-over conversation's thread refreshes while support answers in it: the reply form
+  // answers the message the thread now says it answers.
+  document.addEventListener("htmx:afterSettle", (event) => {
+    const said = event.detail.target.querySelector?.("[data-answering]");
+    const field = document.querySelector('[data-action="staff-reply"] input[name="answering"]');
+    if (said && field) field.value = said.dataset.answering;
+  });
 })();

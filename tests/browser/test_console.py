@@ -12,7 +12,7 @@ from django.db.models.functions import Now
 from playwright.sync_api import Browser, Page, expect
 
 from continuity.delivery.inbox import message_accept
-from continuity.models import Conversation, DeadLetter, Message, Run, StaffAction
+from continuity.models import Conversation, DeadLetter, HistoryBucket, Message, Run, StaffAction
 from tests.brains import KILL_TWICE
 from tests.browser.helpers import accessibility_violations, log_in
 from tests.factories import ConversationFactory, UserFactory
@@ -300,7 +300,12 @@ def test_staff_shrink_a_pool_and_shut_a_worker_down_from_the_workers_table(brows
     staff.get_by_label("Why").fill("A quiet night")
     staff.get_by_role("button", name="Shrink the pool").click()
     expect(staff.get_by_text(f"Worker {worker.node} shrinks its pool by one.")).to_be_visible()
-    expect(row.locator("[data-pool]")).to_have_text(re.compile(r"^1 process, \d busy$"))
+
+    def pool_shown() -> str:  # the pool ends its process a moment after it took the command
+        staff.reload()
+        return row.locator("[data-pool]").inner_text()
+
+    wait_for(lambda: re.match(r"^1 process, \d busy$", pool_shown()), timeout=15, what="1 process")
     expect(staff.locator('[data-audit="pool_shrink"]')).to_contain_text("A quiet night")
 
     # A graceful shutdown while the user watches a reply: it is handed over, not lost.
@@ -329,3 +334,31 @@ def test_staff_shrink_a_pool_and_shut_a_worker_down_from_the_workers_table(brows
         "interrupted",
         "completed",
     ]
+
+
+def test_the_history_charts_show_what_the_watchdog_counted(browser, processes):
+    processes.add(WorkerProcess())
+    processes.add(WatchdogProcess(CONTINUITY_HISTORY_EVERY_SECONDS="0.5"))
+    site = processes.add(WebProcess())
+    user = page_of(browser, site, "ann")
+    staff = page_of(browser, site, "opal", is_staff=True)
+    for text in ("Hi, my name is Ada", "What is my name?"):
+        user.get_by_label("Message").fill(text)
+        user.keyboard.press("Enter")
+        expect(user.locator("article.exchange").last).to_have_attribute("data-state", "done")
+    wait_for(
+        lambda: HistoryBucket.objects.filter(queue_depth__isnull=False).exists(),
+        timeout=10,
+        what="a queue depth sample",
+    )
+
+    staff.goto(f"{site.url}/dashboard/")
+    staff.get_by_role("link", name="History").click()
+    answered = staff.locator('[data-chart="answered"] figcaption')
+    expect(answered).to_contain_text("Messages answered: 2 over the last 24 hours")
+    expect(staff.locator('[data-chart="latency"] figcaption')).to_contain_text(re.compile("p50"))
+    expect(staff.locator('[data-chart="queue"] figcaption')).to_contain_text("at most")
+    every_width_and_scheme(staff, "console-history")
+    staff.get_by_role("link", name="7 days").click()
+    expect(answered).to_contain_text("Messages answered: 2 over the last 7 days")
+    assert_accessible(staff)

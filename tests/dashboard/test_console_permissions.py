@@ -24,6 +24,7 @@ PAGES = [
     ("dashboard:paused", None),
     ("dashboard:waiting", None),
     ("dashboard:workers", None),
+    ("dashboard:history", None),
     ("dashboard:run_stop", "run"),
     ("dashboard:message_timeline", "message"),
     ("dashboard:conversation", "conversation"),

@@ -10,6 +10,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import InterfaceError, OperationalError, close_old_connections, connection
 
 from continuity.delivery.heartbeats import heartbeat_ttl
+from continuity.delivery.history import history_record
 from continuity.delivery.recovery import watchdog_tick
 from continuity.delivery.retention import retention_prune
 
@@ -36,7 +37,7 @@ class Command(BaseCommand):
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())
         logger.info("Watchdog started (every %ss)", interval)
-        pruned_at = -float("inf")
+        pruned_at = recorded_at = -float("inf")
         database_lost_at = -float("inf")
         while not stop.is_set():
             # After losing the database, attempts could not refresh their rows either: wait a
@@ -44,6 +45,9 @@ class Command(BaseCommand):
             settled = time.monotonic() - database_lost_at >= heartbeat_ttl().total_seconds()
             if not guarded(watchdog_tick, reap=settled):
                 database_lost_at = time.monotonic()
+            if time.monotonic() - recorded_at >= settings.CONTINUITY_HISTORY_EVERY_SECONDS:
+                guarded(history_record)
+                recorded_at = time.monotonic()
             if time.monotonic() - pruned_at >= settings.CONTINUITY_PRUNE_EVERY_SECONDS:
                 guarded(retention_prune)
                 pruned_at = time.monotonic()
