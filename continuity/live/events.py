@@ -56,16 +56,28 @@ def group_publish(group: str, event: dict) -> None:
 
 # Deliver one event to the channels of a group, as channels-redis delivers it: each channel's
 # sorted set drops its expired messages, takes the message unless it is full, and expires with
-# it. KEYS: the channels' keys; ARGV: one message per key, one capacity per key, the score (the
-# time it is sent), the expiry. The number of channels that were full.
+# it. KEYS: the channels' keys; ARGV: one message per key, one capacity per key, the expiry.
+# The number of channels that were full.
+#
+# The score (when the message was sent, which orders a channel and expires what is too old) is
+# Redis's own clock, not the sending host's: a worker whose clock runs behind would have its
+# events trimmed as expired by everyone else's, and one that runs ahead would trim theirs. In a
+# channel it is strictly after the newest message already there, so events keep the order in
+# which Redis took them, whichever hosts sent them.
 DELIVER = """
 local count = #KEYS
-local score = tonumber(ARGV[2 * count + 1])
-local expiry = tonumber(ARGV[2 * count + 2])
+local expiry = tonumber(ARGV[2 * count + 1])
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) + tonumber(clock[2]) / 1000000
 local full = 0
 for i = 1, count do
-    redis.call('ZREMRANGEBYSCORE', KEYS[i], 0, score - expiry)
+    redis.call('ZREMRANGEBYSCORE', KEYS[i], 0, now - expiry)
     if redis.call('ZCARD', KEYS[i]) < tonumber(ARGV[count + i]) then
+        local score = now
+        local newest = redis.call('ZRANGE', KEYS[i], -1, -1, 'WITHSCORES')
+        if newest[2] and tonumber(newest[2]) >= score then
+            score = tonumber(newest[2]) + 0.000001
+        end
         redis.call('ZADD', KEYS[i], score, ARGV[i])
         redis.call('EXPIRE', KEYS[i], expiry)
     else
@@ -107,7 +119,6 @@ class Publisher:
         self.timeout = settings.CONTINUITY_PUBLISH_TIMEOUT_SECONDS
         self.redis = redis_of(config["hosts"][0], timeout=self.timeout)
         self.paused_until = 0.0
-        self.last_score = 0.0
         self.backlog: queue.Queue = queue.Queue(self.BACKLOG)
         self.thread = threading.Thread(target=self.run, name="continuity-publisher", daemon=True)
         self.thread.start()
@@ -183,17 +194,10 @@ class Publisher:
                 *keys,
                 *messages.values(),
                 *(capacities[key] for key in keys),
-                self.score(),
                 layer.expiry,
             )
         if len(delivery):
             delivery.execute()
-
-    def score(self) -> float:
-        """The time of sending, as the message's score in its channel: strictly increasing, so
-        two events of one batch keep their order (equal scores sort by their random bytes)."""
-        self.last_score = max(time.time(), self.last_score + 1e-6)
-        return self.last_score
 
     def flush(self, timeout: float) -> bool:
         """Wait until every event handed over so far was sent or dropped (tests, shutdown)."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import subprocess
+import sys
 import time
 
 import pytest
@@ -20,6 +22,7 @@ from continuity.live.events import (
     publisher_close,
     publisher_flush,
 )
+from tests.processes import process_env
 
 
 @pytest.fixture(autouse=True)
@@ -193,3 +196,48 @@ def test_a_receive_cancelled_at_any_point_of_its_first_commands_ends():
         return [turns for turns in range(40) if not await cancelled_after(turns)]
 
     assert async_to_sync(hung)() == []
+
+
+# A process on a host whose clock is off by argv[1] seconds: Python's clock is what it would
+# read there (Debian's libfaketime hangs Python 3.11's time.sleep, so the clock is set here).
+SKEWED_PUBLISH = """
+import sys, time
+real = time.time
+time.time = lambda: real() + float(sys.argv[1])
+import django
+django.setup()
+from continuity.live.events import publish_reply_chunk, publisher_flush
+publish_reply_chunk(
+    conversation_id=int(sys.argv[2]), message_id=1, run_id=1, seq=int(sys.argv[3]), text="."
+)
+publisher_flush(timeout=10)
+"""
+
+
+def publish_from_a_host_whose_clock_is_off(seconds: float, *, conversation_id: int, seq: int):
+    subprocess.run(
+        [sys.executable, "-c", SKEWED_PUBLISH, str(seconds), str(conversation_id), str(seq)],
+        env=process_env(),
+        cwd=django_settings.BASE_DIR,
+        check=True,
+        timeout=60,
+    )
+
+
+@pytest.mark.django_db
+def test_events_from_hosts_whose_clocks_are_two_minutes_off_all_arrive_in_order():
+    """Before, a score was the sending host's clock: one running behind had its events trimmed
+    as expired by the next publish of a host with the right time, and one running ahead had
+    its events read after those sent later."""
+    layer = get_channel_layer()
+    page = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.group_add)("conversation.79", page)
+    publish_from_a_host_whose_clock_is_off(-120, conversation_id=79, seq=1)
+    publish_reply_chunk(conversation_id=79, message_id=1, run_id=1, seq=2, text=".")
+    publisher_flush(timeout=10)
+    publish_from_a_host_whose_clock_is_off(120, conversation_id=79, seq=3)
+    publish_reply_chunk(conversation_id=79, message_id=1, run_id=1, seq=4, text=".")
+    publisher_flush(timeout=10)
+
+    received = async_to_sync(received_until_quiet)(layer, page)
+    assert [event["seq"] for event in received] == [1, 2, 3, 4]
