@@ -20,7 +20,7 @@ from continuity.models import Conversation
 
 from .decorators import staff_required
 from .forms import HandBackForm, StaffReplyForm, TakeOverForm
-from .takeover_forms import takeover_context
+from .takeover_forms import takeover_context, thread_stamp
 from .views import conversation_page
 
 
@@ -92,6 +92,8 @@ def thread_view(request: HttpRequest, pk: int) -> HttpResponse:
         response = HttpResponse(status=204)
         response["HX-Refresh"] = "true"  # handed back meanwhile: the page shows it whole
         return response
+    if request.GET.get("stamp") == thread_stamp(conversation):
+        return HttpResponse(status=204)  # unchanged: a screen reader hears nothing again
     return render(
         request,
         "dashboard/conversation.html#thread",

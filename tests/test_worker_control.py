@@ -33,11 +33,18 @@ def pool_size(worker: WorkerProcess) -> int | None:
     return pool and pool.processes
 
 
+def answering(worker: WorkerProcess) -> WorkerProcess:
+    """Once its remote control answers: a worker subscribes to broadcasts a moment after it
+    announced itself, and one sent before is not queued for it."""
+    wait_for(lambda: pool_size(worker), timeout=15, what=f"{worker.node} to answer")
+    return worker
+
+
 def test_a_pool_grows_and_shrinks_and_each_change_is_audited(processes):
     worker = processes.add(WorkerProcess(concurrency=2))
     row = Worker.objects.get(name=worker.node)
     staff = UserFactory(username="opal", is_staff=True)
-    assert pool_size(worker) == 2
+    wait_for(lambda: pool_size(worker) == 2, timeout=10, what="a pool of 2")
 
     said = worker_command(worker=row, action="grow", by=staff, reason="A busy morning")
     assert said == f"Worker {worker.node} grows its pool by one."
@@ -54,13 +61,13 @@ def test_a_pool_grows_and_shrinks_and_each_change_is_audited(processes):
 
 
 def test_a_pool_of_one_process_is_not_shrunk_to_none(processes):
-    worker = processes.add(WorkerProcess(concurrency=1))
+    worker = answering(processes.add(WorkerProcess(concurrency=1)))
     staff = UserFactory(is_staff=True)
     with pytest.raises(CommandRefused, match="It refused: its pool has one process"):
         worker_command(
             worker=Worker.objects.get(name=worker.node), action="shrink", by=staff, reason="x"
         )
-    assert pool_size(worker) == 1
+    wait_for(lambda: pool_size(worker) == 1, timeout=10, what="a pool of 1")
     assert not StaffAction.objects.exists()
 
 
@@ -70,7 +77,11 @@ def test_a_pool_restart_lets_the_running_reply_finish_then_replaces_the_processe
         conversation=ConversationFactory(), text=LONG_REPLY, client_id=uuid.uuid4()
     )
     run = wait_streaming(message)
-    assert pools_of([worker.node])[worker.node] == Pool(processes=1, busy=1)
+    wait_for(
+        lambda: pools_of([worker.node]).get(worker.node) == Pool(processes=1, busy=1),
+        timeout=10,
+        what="one busy process",
+    )
     before = celery_app.control.inspect(destination=[worker.node], timeout=1).stats()
     staff = UserFactory(is_staff=True)
     worker_command(
@@ -96,7 +107,7 @@ def test_a_pool_restart_lets_the_running_reply_finish_then_replaces_the_processe
 
 
 def test_a_graceful_shutdown_hands_the_running_reply_over_to_another_worker(processes):
-    leaving = processes.add(WorkerProcess(concurrency=1, **SLOW))
+    leaving = answering(processes.add(WorkerProcess(concurrency=1, **SLOW)))
     message = message_accept(
         conversation=ConversationFactory(), text=LONG_REPLY, client_id=uuid.uuid4()
     )
@@ -143,7 +154,7 @@ def test_a_broker_that_does_not_answer_is_said_plainly(db, monkeypatch):
 
 
 def test_worker_commands_are_for_staff_only_by_post_with_the_csrf_token(processes):
-    worker = processes.add(WorkerProcess(concurrency=1))
+    worker = answering(processes.add(WorkerProcess(concurrency=1)))
     row = Worker.objects.get(name=worker.node)
     url = reverse("dashboard:worker_command", args=[row.pk, "grow"])
     data = {"reason": "A busy morning"}
@@ -159,7 +170,7 @@ def test_worker_commands_are_for_staff_only_by_post_with_the_csrf_token(processe
     staff.force_login(UserFactory(is_staff=True))
     page = staff.get(url)  # the confirmation page, which changes nothing
     assert page.status_code == 200 and b"Grow the pool of" in page.content
-    assert not StaffAction.objects.exists() and pool_size(worker) == 1
+    assert not StaffAction.objects.exists()
     assert staff.post(url, {"reason": ""}).status_code == 422  # a reason is asked for
     done = staff.post(url, data)
     assert done.status_code == 302 and done["Location"] == reverse("dashboard:workers")

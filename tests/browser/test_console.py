@@ -291,7 +291,12 @@ def test_staff_shrink_a_pool_and_shut_a_worker_down_from_the_workers_table(brows
     staff.goto(f"{site.url}/dashboard/")
     staff.get_by_role("link", name="Workers", exact=True).first.click()
     row = staff.locator(f'[data-worker="{worker.node}"]')
-    expect(row.locator("[data-pool]")).to_have_text("2 processes, 0 busy")
+
+    def pool_shown() -> str:  # a worker busy starting up may not answer the first time
+        staff.reload()
+        return row.locator("[data-pool]").inner_text()
+
+    wait_for(lambda: pool_shown() == "2 processes, 0 busy", timeout=15, what="a pool of 2")
     every_width_and_scheme(staff, "console-workers")
 
     row.get_by_role("link", name="Shrink pool…").click()
@@ -300,11 +305,7 @@ def test_staff_shrink_a_pool_and_shut_a_worker_down_from_the_workers_table(brows
     staff.get_by_label("Why").fill("A quiet night")
     staff.get_by_role("button", name="Shrink the pool").click()
     expect(staff.get_by_text(f"Worker {worker.node} shrinks its pool by one.")).to_be_visible()
-
-    def pool_shown() -> str:  # the pool ends its process a moment after it took the command
-        staff.reload()
-        return row.locator("[data-pool]").inner_text()
-
+    # The pool ends its process a moment after it took the command.
     wait_for(lambda: re.match(r"^1 process, \d busy$", pool_shown()), timeout=15, what="1 process")
     expect(staff.locator('[data-audit="pool_shrink"]')).to_contain_text("A quiet night")
 

@@ -58,7 +58,7 @@ def test_support_takes_over_mid_reply_talks_with_the_person_and_hands_back(brows
     staff.get_by_role("button", name="Take over").click()
     expect(staff.locator("[data-takeover]")).to_be_visible()
     joined = user.locator("[data-taken-over]")
-    expect(joined).to_contain_text("Opal from support joined the conversation.")
+    expect(joined).to_contain_text("Opal from support joined the conversation.", timeout=15_000)
     expect(user.locator("[data-stopped]")).to_be_visible()
     expect(user.locator("[data-streaming]")).to_have_count(0)
 
@@ -72,28 +72,32 @@ def test_support_takes_over_mid_reply_talks_with_the_person_and_hands_back(brows
     worker.signal(signal.SIGKILL)
     processes.add(WorkerProcess())  # quick to answer, once it may
     thread = staff.locator("[data-thread]")
-    expect(thread).to_contain_text("Can a person help me with my order?")
+    expect(thread).to_contain_text("Can a person help me with my order?", timeout=15_000)
     accessible_everywhere(staff, "console-takeover")
     accessible_everywhere(user, "chat-taken-over")
 
     staff.get_by_label("Your reply").fill("Hi Ann, I'm Opal. Your order had two items.")
     staff.get_by_role("button", name="Send as support").click()
     reply = user.locator(f"#exchange-{asked.pk} [data-staff-reply]")
-    expect(reply).to_contain_text("Opal · support")
+    expect(reply).to_contain_text("Opal · support", timeout=15_000)
     expect(reply).to_contain_text("Hi Ann, I'm Opal. Your order had two items.")
     assert Message.objects.get(reply_to=asked).role == "staff"  # not the agent's
 
     send(user, "Please make it three items")
-    expect(thread).to_contain_text("Please make it three items")
+    expect(thread).to_contain_text("Please make it three items", timeout=15_000)
     staff.get_by_label("Your reply").fill("Done: order 123 now has three items.")
     staff.get_by_role("button", name="Send as support").click()
-    expect(user.locator("[data-staff-reply]").last).to_contain_text("now has three items")
+    expect(user.locator("[data-staff-reply]").last).to_contain_text(
+        "now has three items", timeout=15_000
+    )
 
     # Hand back with a note: the person sees the assistant is back, which reads the note.
     staff.get_by_label("Note for the assistant").fill("Order 123 now has three items.")
     staff.get_by_role("button", name="Hand back to the assistant").click()
     expect(staff.get_by_text("Handed back")).to_be_visible()
-    expect(user.locator("[data-assistant-back]")).to_contain_text("The assistant is back")
+    expect(user.locator("[data-assistant-back]")).to_contain_text(
+        "The assistant is back", timeout=15_000
+    )
     send(user, "where were we?")
     recap = wait_for(
         lambda: Message.objects.filter(text="where were we?").first(), timeout=10, what="it"

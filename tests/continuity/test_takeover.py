@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 
 import pytest
@@ -156,3 +157,9 @@ def test_only_staff_reply_as_support_and_the_person_cannot_write_as_staff():
     assert Message.objects.get(role="staff").text == "Hi"
     thread = staff.get(reverse("dashboard:thread", args=[chat.pk]))
     assert thread.status_code == 200 and b"Hi" in thread.content
+    stamp = re.search(r'name="stamp" value="([^"]+)"', thread.content.decode())[1]
+    unchanged = staff.get(reverse("dashboard:thread", args=[chat.pk]), {"stamp": stamp})
+    assert unchanged.status_code == 204  # the poll swaps nothing: nothing is read out again
+    send(chat, "One more thing")
+    changed = staff.get(reverse("dashboard:thread", args=[chat.pk]), {"stamp": stamp})
+    assert changed.status_code == 200 and b"One more thing" in changed.content
