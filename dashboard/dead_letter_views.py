@@ -194,11 +194,12 @@ def dead_letter_detail(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 def retried_message(request, dead_letter, reask: Message) -> None:
-    waiting = (
-        " The conversation is paused: it is answered once staff resume it."
-        if dead_letter.conversation.state == Conversation.State.PAUSED
-        else " The user sees it being answered."
-    )
+    waiting = {
+        Conversation.State.PAUSED: " The conversation is paused: it is answered once staff "
+        "resume it.",
+        Conversation.State.TAKEN_OVER: " The conversation is taken over: support answers it, or "
+        "the assistant once it is handed back.",
+    }.get(dead_letter.conversation.state, " The user sees it being answered.")
     messages.success(
         request, f"Asked again as message {reask.pk}, at the end of the conversation.{waiting}"
     )

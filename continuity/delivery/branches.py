@@ -29,6 +29,17 @@ from .inbox import message_clean_text, message_queue, same_text_or_refuse
 
 logger = logging.getLogger(__name__)
 BUSY = "Wait until the reply is finished (or stop it) before changing the conversation."
+WITH_SUPPORT = (
+    "Support is answering your messages here: wait for their answer, or for the assistant to be "
+    "back, before changing the conversation."
+)
+
+
+def busy_refusal(conversation_id: int) -> InvalidTransition:
+    taken_over = Conversation.objects.filter(
+        pk=conversation_id, state=Conversation.State.TAKEN_OVER
+    ).exists()
+    return InvalidTransition(WITH_SUPPORT if taken_over else BUSY)
 
 
 def message_edit(*, message: Message, text: str, client_id: uuid.UUID, by=None) -> Message:
@@ -66,7 +77,7 @@ def version_add(
         if current.hidden_with_id is not None:
             raise InvalidTransition("This message is on a branch that is no longer shown.")
         if pending_messages(current.conversation_id).exists():
-            raise InvalidTransition(BUSY)
+            raise busy_refusal(current.conversation_id)
         last = shown_user_messages(current.conversation_id).order_by("-id").first()
         if last_only and last != current:
             raise InvalidTransition("Only the last reply can be regenerated.")
@@ -102,7 +113,7 @@ def version_show(*, message: Message) -> None:
         if shown is None or current.hidden_with_id != current.pk:
             raise InvalidTransition("This version is on a branch that is not shown.")
         if pending_messages(message.conversation_id).exists():
-            raise InvalidTransition(BUSY)
+            raise busy_refusal(message.conversation_id)
         changed = branch_hide(version=shown)
         revealed = Message.objects.filter(hidden_with=current)
         changed += list(revealed.filter(role=Message.Role.USER).values_list("pk", flat=True))

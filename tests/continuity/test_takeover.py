@@ -13,6 +13,7 @@ from continuity import sql
 from continuity.context.assembly import SUPPORT_WROTE, turn_pairs, turns_statement
 from continuity.context.handoffs import handoff_latest
 from continuity.delivery.attempts import attempt_begin
+from continuity.delivery.branches import message_edit
 from continuity.delivery.inbox import message_accept
 from continuity.delivery.processing import drain_conversation
 from continuity.delivery.takeover import (
@@ -67,6 +68,9 @@ def test_support_answers_the_oldest_waiting_message_as_a_person():
     sam = UserFactory(is_staff=True)
     with pytest.raises(InvalidTransition, match="Only the person who took"):
         staff_reply(conversation=chat, by=sam, text="Me too")
+    # While support has messages to answer, the person's edits wait, and are told why.
+    with pytest.raises(InvalidTransition, match="Support is answering your messages here"):
+        message_edit(message=question, text="My order is fine", client_id=uuid.uuid4())
 
 
 def test_handing_back_writes_the_note_into_a_handoff_and_the_agent_answers_in_order():
