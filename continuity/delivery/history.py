@@ -10,7 +10,7 @@ samples the queue depth into the current one (`history_record`).
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime, timedelta
 
 from django.db.models import Count, F, Max, Min, Q, Sum, Value
@@ -90,14 +90,8 @@ class Counts:
 
     @classmethod
     def of(cls, bucket: HistoryBucket) -> Counts:
-        return cls(
-            answered=bucket.answered,
-            reply_seconds=bucket.reply_seconds,
-            replies_within=list(bucket.replies_within) or zeros(),
-            attempts=dict(bucket.attempts),
-            recoveries=bucket.recoveries,
-            dead_letters=bucket.dead_letters,
-        )
+        """A rolled-up bucket's own counts: its columns are named as these fields."""
+        return cls.from_json({each.name: getattr(bucket, each.name) for each in fields(cls)})
 
     def as_json(self) -> dict:
         return asdict(self)
@@ -179,14 +173,7 @@ def history_record() -> int:
         totals = (Counts.from_json(before.totals) if before else Counts()) + counts
         HistoryBucket.objects.get_or_create(start=start)
         rolled += HistoryBucket.objects.filter(start=start, rolled_up=False).update(
-            rolled_up=True,
-            answered=counts.answered,
-            reply_seconds=counts.reply_seconds,
-            replies_within=counts.replies_within,
-            attempts=counts.attempts,
-            recoveries=counts.recoveries,
-            dead_letters=counts.dead_letters,
-            totals=totals.as_json(),
+            rolled_up=True, totals=totals.as_json(), **counts.as_json()
         )
     if rolled:
         logger.info("History: %s bucket(s) of five minutes rolled up", rolled)
