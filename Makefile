@@ -22,7 +22,8 @@ SUITE := --ignore=tests/llm
 
 # The suite on PostgreSQL (what disturbs tests beside it, marked `exclusive`, alone after the
 # rest); again on SQLite (`make run`'s database), all but what is marked PostgreSQL-only; the
-# browser tests (see README "Two commands").
+# browser tests; the multi-host tests, on a network of namespaces they build (root only; they
+# skip elsewhere). See README "Two commands".
 test: $(DEV) $(AXE)
 	scripts/ensure-test-services
 	$(BIN)/ruff check .
@@ -33,6 +34,7 @@ test: $(DEV) $(AXE)
 	DATABASE_URL=sqlite://:memory: $(BIN)/python -m pytest $(SUITE) -n $(TEST_WORKERS) \
 		-m "not postgresql" $(PYTEST_ARGS)
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) tests/browser $(PYTEST_ARGS)
+	$(BIN)/python -m pytest tests/hosts --ds tests.hosts.settings $(PYTEST_ARGS)
 
 # The openai brain against llama.cpp's server with a tiny model the tests write (README "Model
 # backends"). Its first install compiles llama.cpp: about 4 minutes on 2 cores, then kept in

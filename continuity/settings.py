@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 import time
+import urllib.parse
 from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+import psycopg.conninfo
 
 from continuity.live.layer_connection import Connection as LayerConnection
 
@@ -129,13 +131,28 @@ TEMPLATES = [
     },
 ]
 
+
 # PostgreSQL in production and in the test suite; SQLite in WAL mode when nothing is configured,
 # so that `make run` works on a bare machine.
+def database_from_url(url: str) -> dict:
+    """DATABASE_URL as dj-database-url reads it, and libpq's multi-host form, which it cannot:
+    `postgres://user@primary:5432,standby:5432/db?target_session_attrs=read-write` connects to
+    the first host that answers as a primary (README "Several hosts"). HOST and PORT are then
+    libpq's comma-separated lists, which Django hands to psycopg as they are."""
+    hosts = urllib.parse.urlsplit(url).netloc.rpartition("@")[2]
+    one_host = url.replace(hosts, hosts.split(",")[0], 1)
+    config = dj_database_url.parse(
+        one_host, conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 60), conn_health_checks=True
+    )
+    if "," in hosts:
+        conninfo = psycopg.conninfo.conninfo_to_dict(url)
+        config["HOST"], config["PORT"] = conninfo["host"], conninfo.get("port", "")
+    return config
+
+
 DATABASES = {
-    "default": dj_database_url.parse(
-        os.environ.get("DATABASE_URL", f"sqlite:///{VAR_DIR / 'continuity.sqlite3'}"),
-        conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 60),
-        conn_health_checks=True,
+    "default": database_from_url(
+        os.environ.get("DATABASE_URL", f"sqlite:///{VAR_DIR / 'continuity.sqlite3'}")
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":

@@ -12,19 +12,27 @@ from continuity.live.events import publisher_flush
 from tests.factories import ConversationFactory, UserFactory
 from tests.processes import WatchdogProcess, WebProcess, WorkerProcess
 
-BROWSER_TESTS = Path(__file__).resolve().parent / "browser"
+# Run only in a pytest process of their own, when its arguments name nothing else: the browser
+# tests (see tests/browser/conftest.py) and the multi-host tests (tests/hosts/conftest.py).
+OWN_PROCESS = [Path(__file__).resolve().parent / name for name in ("browser", "hosts")]
 
 
-def browser_run(config) -> bool:
-    """Browser tests run only in a pytest process of their own (see tests/browser/conftest.py):
-    `pytest tests/browser`. Any other selection leaves them out, whatever the order."""
+def own_process_run(config) -> Path | None:
+    """The directory of tests this pytest process is for, when it is one of OWN_PROCESS."""
     paths = [Path(arg.split("::")[0]).resolve() for arg in config.args]
-    return bool(paths) and all(BROWSER_TESTS in (path, *path.parents) for path in paths)
+    for directory in OWN_PROCESS:
+        if paths and all(directory in (path, *path.parents) for path in paths):
+            return directory
+    return None
 
 
 def pytest_ignore_collect(collection_path, config):
-    if not browser_run(config) and BROWSER_TESTS in (collection_path, *collection_path.parents):
-        return True
+    for directory in OWN_PROCESS:
+        if own_process_run(config) != directory and directory in (
+            collection_path,
+            *collection_path.parents,
+        ):
+            return True
     return None
 
 
@@ -51,8 +59,11 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_report_header(config):
-    if not browser_run(config):
-        return "browser tests left out: they run in their own process, `pytest tests/browser`"
+    if own_process_run(config) is None:
+        return (
+            "browser and multi-host tests left out: each runs in a process of its own, "
+            "`pytest tests/browser` and `pytest tests/hosts --ds tests.hosts.settings`"
+        )
     return None
 
 

@@ -51,8 +51,16 @@ def process_env(**overrides: str) -> dict[str, str]:
 
 
 def database_url() -> str:
+    """This process's database as a URL, libpq's multi-host form included (the multi-host
+    tests' primary and standby)."""
     db = connection.settings_dict
-    return f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+    hosts = (db["HOST"] or "127.0.0.1").split(",")
+    ports = str(db["PORT"] or 5432).split(",")
+    ports = ports if len(ports) == len(hosts) else ports[:1] * len(hosts)
+    netloc = ",".join(f"{host}:{port}" for host, port in zip(hosts, ports, strict=True))
+    attrs = db["OPTIONS"].get("target_session_attrs")
+    query = f"?target_session_attrs={attrs}" if attrs else ""
+    return f"postgres://{db['USER']}@{netloc}/{db['NAME']}{query}"
 
 
 def process_id(run: Run) -> int:
@@ -93,11 +101,12 @@ class WatchdogProcess(ChildProcess):
 
 
 class WebProcess(ChildProcess):
-    def __init__(self, *, port: int | None = None, **env: str) -> None:
+    def __init__(self, *, port: int | None = None, address: str = "127.0.0.1", **env: str) -> None:
+        self.address = address
         self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"http://{address}:{self.port}"
         super().__init__(
-            web_argv(host="127.0.0.1", port=self.port),
+            web_argv(host=address, port=self.port),
             env=process_env(**env),
             log_path=artifact("web"),
         )
@@ -107,7 +116,7 @@ class WebProcess(ChildProcess):
 
         def answers() -> bool:
             with socket.socket() as probe:
-                return probe.connect_ex(("127.0.0.1", self.port)) == 0
+                return probe.connect_ex((self.address, self.port)) == 0
 
         wait_for(answers, timeout=ready_within, what=f"daphne on {self.url}\n{self.log()[-2000:]}")
         return self

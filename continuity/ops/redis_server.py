@@ -45,23 +45,15 @@ class RedisServer:
         self.workdir = ""
         self.process: subprocess.Popen | None = None
 
+    def argv(self, *, bind: str = "127.0.0.1") -> list[str]:
+        return [self.binary, "--bind", bind, "--port", str(self.port), "--save", "",
+                "--appendonly", "no", "--dir", self.workdir]  # fmt: skip
+
     def start(self, ready_within: float = 10) -> RedisServer:
         # Created here and removed by stop(), so no run leaves a temporary directory behind.
         self.workdir = tempfile.mkdtemp(prefix="continuity-redis-")
         self.process = subprocess.Popen(
-            [
-                self.binary,
-                "--bind",
-                "127.0.0.1",
-                "--port",
-                str(self.port),
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                self.workdir,
-            ],
+            self.argv(),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )

@@ -9,30 +9,14 @@ elsewhere). The other tests, and every daphne, worker and watchdog
 from __future__ import annotations
 
 import os
-import shutil
 
 import pytest
 
-os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+from tests.browser.launch import CHROMIUM_LAUNCH
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
 
 
 @pytest.fixture(scope="session")
 def browser_type_launch_args(browser_type_launch_args):
-    return {
-        **browser_type_launch_args,
-        "executable_path": CHROMIUM,
-        "headless": True,
-        "args": [
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--no-first-run",
-            # A wheel notch scrolls at once, not over an animation that a loaded machine lets
-            # run into the next measurement (the older-page test then measured a whole notch).
-            "--disable-smooth-scrolling",
-        ],
-    }
+    return {**browser_type_launch_args, **CHROMIUM_LAUNCH}

@@ -1,0 +1,193 @@
+"""The stateful parts, private to the test: a PostgreSQL cluster it makes with initdb and a
+redis-server, each on a host of its network. The machine's own PostgreSQL and Redis are never
+touched."""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from continuity.ops.processes import ChildProcess
+from continuity.ops.redis_server import RedisServer
+from tests.hosts.network import SUBNET, Host
+from tests.hosts.topology import POSTGRES_PORT, POSTGRES_USER, REDIS_PORT
+from tests.processes import artifact
+from tests.waiting import wait_for
+
+
+def postgres_bin(program: str) -> str:
+    found = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{program}"))
+    if not found:
+        raise RuntimeError(f"PostgreSQL's {program} is not installed")
+    return found[-1]
+
+
+def as_postgres(argv: list[str]) -> list[str]:
+    """Run as the postgres account: setpriv execs (no child left behind, unlike su)."""
+    return ["setpriv", f"--reuid={POSTGRES_USER}", f"--regid={POSTGRES_USER}", "--init-groups",
+            *argv]  # fmt: skip
+
+
+CLUSTER_PREFIX = "continuity-hosts-pg-"
+
+
+def remove_leftover_clusters() -> None:
+    """The data directories of runs killed before their clean-up (their processes went with
+    their hosts' namespaces)."""
+    for directory in Path(tempfile.gettempdir()).glob(f"{CLUSTER_PREFIX}*"):
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+class PrivatePostgres:
+    """A cluster of the test's own in a temporary directory, serving `host`'s address.
+
+    fsync is off: the tests kill processes, never the machine, and a killed PostgreSQL loses
+    nothing the kernel already holds; the whole cluster is thrown away afterwards."""
+
+    def __init__(self, host: Host, *, settings: dict[str, str] | None = None) -> None:
+        self.host = host
+        self.settings = settings or {}
+        self.directory = ""
+        self.process: ChildProcess | None = None
+
+    def initialize(self) -> PrivatePostgres:
+        self.directory = tempfile.mkdtemp(prefix=CLUSTER_PREFIX)
+        shutil.chown(self.directory, POSTGRES_USER, POSTGRES_USER)
+        subprocess.run(
+            as_postgres([postgres_bin("initdb"), "-D", self.directory, "-A", "trust", "-U",
+                         POSTGRES_USER, "--no-sync"]),
+            check=True, capture_output=True,
+        )  # fmt: skip
+        # Reached over the test's own network only: trust it, replication connections included.
+        with (Path(self.directory) / "pg_hba.conf").open("a") as hba:
+            for kind in ("all", "replication"):
+                hba.write(f"host {kind} all {SUBNET}.0/24 trust\n")
+        return self
+
+    def start(self) -> PrivatePostgres:
+        options = {
+            "listen_addresses": self.host.address,
+            "port": str(POSTGRES_PORT),
+            # TCP only: a socket's lock file in the data directory would be copied to a
+            # standby by pg_basebackup, and stop it from starting.
+            "unix_socket_directories": "",
+            "fsync": "off",
+            "max_connections": "200",
+            **self.settings,
+        }
+        argv = [postgres_bin("postgres"), "-D", self.directory]
+        for name, value in options.items():
+            argv += ["-c", f"{name}={value}"]
+        log = artifact(f"postgres-{self.host.name}")
+        self.process = ChildProcess(
+            self.host.argv(as_postgres(argv)), env={"PATH": os.environ["PATH"]}, log_path=log
+        )
+        self.process.start()
+        wait_for(
+            self.ready,
+            timeout=30,
+            what=f"PostgreSQL on {self.host.name}\n{self.process.log()[-2000:]}",
+        )
+        return self
+
+    def ready(self) -> bool:
+        """Accepting connections: the port answers while the cluster is still starting up."""
+        address = [
+            "-h",
+            self.host.address,
+            "-p",
+            str(POSTGRES_PORT),
+            "-U",
+            POSTGRES_USER,
+            "-t",
+            "1",
+        ]
+        return (
+            subprocess.run([postgres_bin("pg_isready"), *address], capture_output=True).returncode
+            == 0
+        )
+
+    def create_database(self, name: str) -> None:
+        subprocess.run(
+            [postgres_bin("createdb"), "-h", self.host.address, "-U", POSTGRES_USER, name],
+            check=True, capture_output=True,
+        )  # fmt: skip
+
+    def query(self, sql: str) -> str:
+        """One value, read by psql on the test's side of the network."""
+        return subprocess.run(
+            [postgres_bin("psql"), "-h", self.host.address, "-U", POSTGRES_USER, "-d", "postgres",
+             "-AtXc", sql],
+            check=True, capture_output=True, text=True,
+        ).stdout.strip()  # fmt: skip
+
+    def standby(self, host: Host, *, name: str) -> PrivatePostgres:
+        """A streaming standby of this cluster on `host`, copied by pg_basebackup, known to
+        this primary as `name` (its application_name), and started. This primary then waits
+        for it at every commit: `synchronous_commit = on` (the default) with it as the one
+        synchronous standby. A commit is acknowledged once the standby has the WAL on disk, so
+        promoting it loses no acknowledged commit. `remote_apply` would also make the commit
+        visible there at once, which only reads from the standby would need; there are none.
+        """
+        replica = PrivatePostgres(
+            host,
+            settings={
+                "primary_conninfo": f"host={self.host.address} port={POSTGRES_PORT} "
+                f"user={POSTGRES_USER} application_name={name}",
+                "hot_standby": "on",
+            },
+        )
+        replica.directory = tempfile.mkdtemp(prefix=CLUSTER_PREFIX)
+        shutil.chown(replica.directory, POSTGRES_USER, POSTGRES_USER)
+        subprocess.run(
+            as_postgres([postgres_bin("pg_basebackup"), "-h", self.host.address, "-U",
+                         POSTGRES_USER, "-D", replica.directory, "-X", "stream", "-R",
+                         "--checkpoint=fast", "--no-sync"]),
+            check=True, capture_output=True,
+        )  # fmt: skip
+        replica.start()
+        self.query(f"ALTER SYSTEM SET synchronous_standby_names = '{name}'")
+        self.query("SELECT pg_reload_conf()")
+        wait_for(
+            lambda: (
+                self.query(
+                    f"SELECT sync_state FROM pg_stat_replication WHERE application_name = '{name}'"
+                )
+                == "sync"
+            ),
+            timeout=30,
+            what=f"the standby on {host.name} to replicate synchronously",
+        )
+        return replica
+
+    def promote(self) -> None:
+        """The standby becomes the primary, as Patroni would have it do (`pg_ctl promote`)."""
+        subprocess.run(
+            as_postgres([postgres_bin("pg_ctl"), "promote", "-w", "-t", "60", "-D",
+                         self.directory]),
+            check=True, capture_output=True,
+        )  # fmt: skip
+
+    def remove(self) -> None:
+        if self.process is not None:
+            self.process.kill_all()
+        if self.directory:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+
+class HostRedis(RedisServer):
+    """redis-server without persistence on `host`'s address."""
+
+    def __init__(self, host: Host) -> None:
+        super().__init__(port=REDIS_PORT)
+        self.host = host
+        self.url = f"redis://{host.address}:{REDIS_PORT}/0"
+
+    def argv(self, *, bind: str = "") -> list[str]:
+        # Reached from the other hosts, without a password: on the test's own network only.
+        served = [*super().argv(bind=bind or self.host.address), "--protected-mode", "no"]
+        return self.host.argv(served)
