@@ -22,9 +22,10 @@ RATES = {
 
 
 @functools.cache
-def limiter(redis_url: str) -> MovingWindowRateLimiter:
+def limiter(storage_uri: str) -> MovingWindowRateLimiter:
+    """Over Redis: its server, or the primary its Sentinels name (RATE_LIMIT_STORAGE_URI)."""
     storage = storage_from_string(
-        redis_url, wrap_exceptions=True, socket_timeout=1, socket_connect_timeout=1
+        storage_uri, wrap_exceptions=True, socket_timeout=1, socket_connect_timeout=1
     )
     return MovingWindowRateLimiter(storage)
 
@@ -41,7 +42,7 @@ def rate_limit_wait(*, action: str, user_id: int) -> int:
     """
     key = str(user_id)
     try:
-        checker = limiter(settings.REDIS_URL)
+        checker = limiter(settings.RATE_LIMIT_STORAGE_URI)
         for rate in rates(action):
             if not checker.test(rate, action, key):
                 reset_at = checker.get_window_stats(rate, action, key).reset_time

@@ -12,6 +12,7 @@ import dj_database_url
 import psycopg.conninfo
 
 from continuity.live.layer_connection import Connection as LayerConnection
+from continuity.live.layer_connection import SentinelConnection as LayerSentinelConnection
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("CONTINUITY_VAR_DIR", BASE_DIR / "var"))
@@ -283,6 +284,40 @@ EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
 EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+# Redis with failover (README "Several hosts"): the Sentinels that watch its primary, as
+# `host:port,host:port,...`, and the name they know it by. Everything that uses Redis (the
+# broker, the drain markers and heartbeat keys, the rate limiter, the live layer) then asks them
+# where the primary is, and asks again after a failover. REDIS_URL gives only the database
+# number and the password.
+REDIS_SENTINELS = [
+    (sentinel.rpartition(":")[0], int(sentinel.rpartition(":")[2]))
+    for sentinel in env_list("REDIS_SENTINELS", "")
+]
+REDIS_SENTINEL_MASTER = os.environ.get("REDIS_SENTINEL_MASTER", "continuity")
+_redis = urllib.parse.urlsplit(REDIS_URL)
+REDIS_DB = int(_redis.path.strip("/") or 0)
+if REDIS_SENTINELS:
+    # The primary's connection keywords, beside the Sentinels: redis-py's, as channels-redis
+    # takes them (continuity/live/events.py `redis_of` reads the same).
+    REDIS_LAYER_HOST = {
+        "sentinels": REDIS_SENTINELS,
+        "master_name": REDIS_SENTINEL_MASTER,
+        "db": REDIS_DB,
+        "password": _redis.password,
+        "sentinel_kwargs": {"socket_timeout": 2, "socket_connect_timeout": 2},
+    }
+    _userinfo = f":{_redis.password}@" if _redis.password else ""
+    REDIS_BROKER_URL = ";".join(
+        f"sentinel://{_userinfo}{host}:{port}/{REDIS_DB}" for host, port in REDIS_SENTINELS
+    )
+    RATE_LIMIT_STORAGE_URI = (
+        f"redis+sentinel://{_userinfo}"
+        + ",".join(f"{host}:{port}" for host, port in REDIS_SENTINELS)
+        + f"/{REDIS_SENTINEL_MASTER}"
+    )
+else:
+    REDIS_LAYER_HOST = {"address": REDIS_URL}
+    REDIS_BROKER_URL = RATE_LIMIT_STORAGE_URI = REDIS_URL
 
 # channels-redis waits for group messages with BZPOPMIN and a 5 s timeout, and redis-py 8 gives
 # every socket a 5 s read timeout by default: the two raced, and idle websockets were closed with
@@ -295,12 +330,14 @@ CHANNEL_LAYERS = {
             # connections per pool would fail the handshakes beyond it.
             "hosts": [
                 {
-                    "address": REDIS_URL,
+                    **REDIS_LAYER_HOST,
                     "socket_timeout": 15,
                     "socket_connect_timeout": 5,
                     "max_connections": 1000,
                     # Keeps a cancellation that arrives during a command's write (Python 3.11).
-                    "connection_class": LayerConnection,
+                    "connection_class": (
+                        LayerSentinelConnection if REDIS_SENTINELS else LayerConnection
+                    ),
                 }
             ],
             "capacity": 1500,
@@ -327,7 +364,7 @@ CONTINUITY_PAGE_RESYNC_SECONDS = env_float("CONTINUITY_PAGE_RESYNC_SECONDS", 15)
 # Delivery: acks-late with rejection on worker loss, one prefetched message per process.
 # The visibility timeout must exceed the hard time limit (no countdown tasks are used): the
 # database watchdog, not the broker, drives fast recovery (see DESIGN "Pitfalls").
-CELERY_BROKER_URL = REDIS_URL
+CELERY_BROKER_URL = REDIS_BROKER_URL
 # A redis:// broker goes through kombu's Redis transport with one client per channel
 # (continuity/delivery/broker.py). Naming a transport overrides the URL's scheme, so any other
 # (rediss:// and its TLS, sentinel://) keeps the one kombu picks for it.
@@ -352,6 +389,11 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     "socket_timeout": 10,
     "socket_connect_timeout": 5,
 }
+if REDIS_SENTINELS:
+    CELERY_BROKER_TRANSPORT_OPTIONS |= {
+        "master_name": REDIS_SENTINEL_MASTER,
+        "sentinel_kwargs": {"socket_timeout": 2, "socket_connect_timeout": 2},
+    }
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # On a broker reconnect Celery would otherwise SIGTERM every running acks-late task, turning each
 # Redis blip into crashes that use up attempts and trip the crash-loop breaker. Attempts need the

@@ -17,6 +17,7 @@ from django.db import DatabaseError, InterfaceError, close_old_connections, conn
 from django.db.models import DateTimeField, ExpressionWrapper, QuerySet
 from django.db.models.functions import Now
 
+from ..live.events import redis_configured
 from ..models import Run, Worker
 
 logger = logging.getLogger(__name__)
@@ -24,7 +25,7 @@ logger = logging.getLogger(__name__)
 
 @functools.cache
 def redis_client() -> redis.Redis:
-    return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
+    return redis_configured(timeout=2, retries=True)
 
 
 def heartbeat_ttl() -> timedelta:

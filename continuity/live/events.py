@@ -20,6 +20,7 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from redis.sentinel import Sentinel
 
 logger = logging.getLogger(__name__)
 
@@ -232,19 +233,32 @@ def without_superseded(events: list[tuple[str, dict]]) -> list[tuple[str, dict]]
     ]
 
 
-def redis_of(host: dict, *, timeout: float) -> redis.Redis:
-    """A blocking client for a channel-layer host (its `address`, or its connection keywords),
-    whose sockets give up after `timeout`, with no retries: a live update is not worth
-    waiting for."""
-    options = {
-        key: value
-        for key, value in host.items()
-        if key not in ("address", "max_connections", "connection_class")  # the layer's own
-    }
-    options.update(socket_timeout=timeout, socket_connect_timeout=timeout, retry=None)
+# The keys of a channel-layer host that are the layer's own, or say where Redis is.
+LAYER_KEYS = ("address", "max_connections", "connection_class", "sentinels", "master_name",
+              "sentinel_kwargs")  # fmt: skip
+
+
+def redis_of(host: dict, *, timeout: float, retries: bool = False) -> redis.Redis:
+    """A blocking client for a channel-layer host: its `address`, the primary its `sentinels`
+    name (asked again after a failover), or its connection keywords. Its sockets give up after
+    `timeout`; without `retries` a failed command is not tried again (a live update is not
+    worth waiting for)."""
+    options = {key: value for key, value in host.items() if key not in LAYER_KEYS}
+    options.update(socket_timeout=timeout, socket_connect_timeout=timeout)
+    if not retries:
+        options["retry"] = None
+    if "sentinels" in host:
+        sentinels = Sentinel(host["sentinels"], sentinel_kwargs=host.get("sentinel_kwargs"))
+        return sentinels.master_for(host["master_name"], **options)
     if "address" in host:
         return redis.Redis.from_url(host["address"], **options)
     return redis.Redis(**options)
+
+
+def redis_configured(*, timeout: float, retries: bool = False) -> redis.Redis:
+    """A blocking client of the Redis this deployment uses (REDIS_URL, or REDIS_SENTINELS)."""
+    return redis_of(settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"][0], timeout=timeout,
+                    retries=retries)  # fmt: skip
 
 
 _publisher_lock = threading.Lock()

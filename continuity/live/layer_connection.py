@@ -14,9 +14,10 @@ from __future__ import annotations
 import asyncio
 
 from redis.asyncio.connection import Connection as RedisConnection
+from redis.asyncio.sentinel import SentinelManagedConnection
 
 
-class Connection(RedisConnection):
+class KeepsCancellation:
     async def send_packed_command(self, command, check_health: bool = True) -> None:
         task = asyncio.current_task()
         requested = task.cancelling() if task is not None else 0
@@ -26,3 +27,11 @@ class Connection(RedisConnection):
             # does, without the reply, which the next command on this connection would read.
             await self.disconnect(nowait=True)
             raise asyncio.CancelledError
+
+
+class Connection(KeepsCancellation, RedisConnection):
+    pass
+
+
+class SentinelConnection(KeepsCancellation, SentinelManagedConnection):
+    """To the primary that the Sentinels name (REDIS_SENTINELS)."""

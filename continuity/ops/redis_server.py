@@ -23,7 +23,7 @@ def redis_use(url: str) -> None:
     # setting only `celery_app.conf.broker_url` leaves the drains going to the configured
     # Redis, while their markers are claimed here, so no one re-sends them until the markers
     # expire.
-    settings.REDIS_URL = settings.CELERY_BROKER_URL = url
+    settings.REDIS_URL = settings.CELERY_BROKER_URL = settings.RATE_LIMIT_STORAGE_URI = url
     settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"][0]["address"] = url
     if celery_app.conf.broker_url != url:
         raise RuntimeError(f"Celery's broker is still {celery_app.conf.broker_url}, not {url}")

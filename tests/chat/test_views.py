@@ -186,7 +186,7 @@ def test_without_redis_the_limit_lets_messages_through(owner_client, conversatio
     from continuity.ops.redis_server import free_port
 
     settings.CONTINUITY_SEND_RATE = "1/minute"
-    settings.REDIS_URL = f"redis://127.0.0.1:{free_port()}/0"
+    settings.RATE_LIMIT_STORAGE_URI = f"redis://127.0.0.1:{free_port()}/0"
     for number in range(2):
         assert send(owner_client, conversation, f"m{number}", headers=HTMX).status_code == 200
     assert Message.objects.count() == 2

@@ -10,6 +10,7 @@ DJANGO_ALLOW_ASYNC_UNSAFE, as in tests/browser.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -17,15 +18,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import redis
 from django.conf import settings
 from django.core.management import call_command
 
+from continuity.live.events import redis_configured
 from tests.browser.launch import CHROMIUM_LAUNCH
 from tests.hosts.front import Front
 from tests.hosts.network import BRIDGE_ADDRESS, Host, Network
-from tests.hosts.store import HostRedis, PrivatePostgres, remove_leftover_clusters
-from tests.hosts.topology import ADDRESSES, DATABASE_NAME, HOSTS, WEB_PORT
+from tests.hosts.store import HostRedis, HostSentinel, PrivatePostgres, remove_leftover_clusters
+from tests.hosts.topology import ADDRESSES, DATABASE_NAME, HOSTS, SENTINELS, WEB_PORT
 from tests.processes import ARTIFACTS, WatchdogProcess, WebProcess, WorkerProcess
+from tests.waiting import wait_for
 
 os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
 
@@ -38,6 +42,8 @@ def pytest_collection_modifyitems(config, items):
     if os.geteuid() != 0:
         for item in items:
             item.add_marker(pytest.mark.skip(reason=NOT_ROOT))
+    # A failover leaves its pair with one server: those tests come after the rest.
+    items.sort(key=lambda item: "failover" in item.module.__name__)
 
 
 @pytest.fixture(scope="session")
@@ -75,15 +81,50 @@ def databases(network):
             cluster.remove()
 
 
+@dataclass
+class Redises:
+    primary: HostRedis
+    replica: HostRedis
+    sentinels: list[HostSentinel]
+
+
 @pytest.fixture(scope="session")
-def store(databases, network):
-    """The private PostgreSQL pair and Redis."""
-    redis_server = HostRedis(network["redis"])
+def redises(network):
+    """Redis on `redis`, its replica on `redis-2`, and the three Sentinels, once they all know
+    the primary and its replica."""
+    primary = HostRedis(network["redis"])
+    replica = HostRedis(network["redis-2"], replica_of=network["redis"])
+    sentinels = [HostSentinel(network[name], primary=network["redis"]) for name in SENTINELS]
     try:
-        redis_server.start()
-        yield databases
+        primary.start()
+        replica.start()
+        for sentinel in sentinels:
+            sentinel.start()
+        wait_for(
+            lambda: all(sentinel.knows_a_replica() for sentinel in sentinels),
+            timeout=30,
+            what="the Sentinels to know the primary and its replica",
+        )
+        yield Redises(primary, replica, sentinels)
     finally:
-        redis_server.stop()
+        for sentinel in sentinels:
+            sentinel.remove()
+        replica.stop()
+        primary.stop()
+
+
+@pytest.fixture(scope="session")
+def store(databases, redises):
+    """The private PostgreSQL pair and Redis with its Sentinels."""
+    return databases
+
+
+@pytest.fixture(autouse=True)
+def redis_emptied_after():
+    """As the suite's (tests/conftest.py), through the Sentinels: each test leaves Redis empty."""
+    yield
+    with contextlib.suppress(redis.RedisError):
+        redis_configured(timeout=2).flushdb()
 
 
 @pytest.fixture(scope="session")

@@ -4,9 +4,11 @@ of their own instead of the machine's."""
 
 import os
 
-from tests.hosts.topology import DATABASE_URL, REDIS_URL
+from tests.hosts.topology import DATABASE_URL, MASTER_NAME, REDIS_SENTINELS, REDIS_URL
 
 os.environ["DATABASE_URL"] = DATABASE_URL
 os.environ["CONTINUITY_TEST_REDIS_URL"] = REDIS_URL
+os.environ["REDIS_SENTINELS"] = REDIS_SENTINELS
+os.environ["REDIS_SENTINEL_MASTER"] = MASTER_NAME
 
 from tests.settings import *  # noqa: E402, F403

@@ -11,10 +11,18 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+import redis
+
 from continuity.ops.processes import ChildProcess
 from continuity.ops.redis_server import RedisServer
 from tests.hosts.network import SUBNET, Host
-from tests.hosts.topology import POSTGRES_PORT, POSTGRES_USER, REDIS_PORT
+from tests.hosts.topology import (
+    MASTER_NAME,
+    POSTGRES_PORT,
+    POSTGRES_USER,
+    REDIS_PORT,
+    SENTINEL_PORT,
+)
 from tests.processes import artifact
 from tests.waiting import wait_for
 
@@ -180,14 +188,67 @@ class PrivatePostgres:
 
 
 class HostRedis(RedisServer):
-    """redis-server without persistence on `host`'s address."""
+    """redis-server without persistence on `host`'s address; with `replica_of`, a replica of
+    that one's (replication is asynchronous: a failover may lose its last writes)."""
 
-    def __init__(self, host: Host) -> None:
+    def __init__(self, host: Host, *, replica_of: Host | None = None) -> None:
         super().__init__(port=REDIS_PORT)
         self.host = host
+        self.replica_of = replica_of
         self.url = f"redis://{host.address}:{REDIS_PORT}/0"
 
     def argv(self, *, bind: str = "") -> list[str]:
         # Reached from the other hosts, without a password: on the test's own network only.
         served = [*super().argv(bind=bind or self.host.address), "--protected-mode", "no"]
+        if self.replica_of is not None:
+            served += ["--replicaof", self.replica_of.address, str(REDIS_PORT)]
         return self.host.argv(served)
+
+
+class HostSentinel(ChildProcess):
+    """A Redis Sentinel on `host`, watching `primary` as MASTER_NAME: it takes a primary that
+    answers nothing for a second as down, and with another Sentinel agreeing (a quorum of 2 of
+    3) promotes a replica."""
+
+    def __init__(self, host: Host, *, primary: Host) -> None:
+        self.host = host
+        self.directory = tempfile.mkdtemp(prefix="continuity-hosts-sentinel-")
+        config = Path(self.directory) / "sentinel.conf"  # Sentinel rewrites it as it learns
+        config.write_text(
+            f"port {SENTINEL_PORT}\n"
+            f"bind {host.address}\n"
+            "protected-mode no\n"
+            f"dir {self.directory}\n"
+            f"sentinel monitor {MASTER_NAME} {primary.address} {REDIS_PORT} 2\n"
+            f"sentinel down-after-milliseconds {MASTER_NAME} 1000\n"
+            f"sentinel failover-timeout {MASTER_NAME} 10000\n"
+        )
+        binary = RedisServer().binary
+        super().__init__(
+            host.argv([binary, str(config), "--sentinel"]),
+            env={"PATH": os.environ["PATH"]},
+            log_path=artifact(f"sentinel-{host.name}"),
+        )
+
+    def client(self) -> redis.Redis:
+        return redis.Redis(
+            self.host.address, SENTINEL_PORT, socket_timeout=1, decode_responses=True
+        )
+
+    def primary(self) -> str | None:
+        """The address this Sentinel names as the primary now."""
+        try:
+            answer = self.client().sentinel_get_master_addr_by_name(MASTER_NAME)
+        except redis.RedisError:
+            return None
+        return answer[0] if answer else None
+
+    def knows_a_replica(self) -> bool:
+        try:
+            return bool(self.client().sentinel_slaves(MASTER_NAME))
+        except redis.RedisError:
+            return False
+
+    def remove(self) -> None:
+        self.kill_all()
+        shutil.rmtree(self.directory, ignore_errors=True)

@@ -1,8 +1,7 @@
 """The PostgreSQL primary's host is lost under load and its synchronous standby promoted: no
 acknowledged message is lost, answered twice or out of order, and none is charged.
 
-It runs after the other multi-host tests (pytest takes the files in order): it leaves pg-2 as
-the primary, with no standby.
+It leaves pg-2 as the primary, with no standby: conftest.py runs the failover tests last.
 """
 
 from __future__ import annotations

@@ -8,6 +8,10 @@ HOSTS = {
     "redis": 2,
     "pg-1": 3,
     "pg-2": 4,
+    "redis-2": 5,
+    "sentinel-1": 6,
+    "sentinel-2": 7,
+    "sentinel-3": 8,
     "web-a": 11,
     "web-b": 12,
     "worker-c": 13,
@@ -26,5 +30,11 @@ DATABASE_URL = (
     f"postgres://{POSTGRES_USER}@{ADDRESSES['pg-1']}:{POSTGRES_PORT},"
     f"{ADDRESSES['pg-2']}:{POSTGRES_PORT}/{DATABASE_NAME}?target_session_attrs=read-write"
 )
+# Redis on `redis`, replicated to `redis-2`, with three Sentinels that the deployment asks
+# where the primary is (REDIS_SENTINELS); REDIS_URL then gives only the database.
 REDIS_URL = f"redis://{ADDRESSES['redis']}:{REDIS_PORT}/0"
+SENTINEL_PORT = 26379
+SENTINELS = [f"sentinel-{n}" for n in (1, 2, 3)]
+REDIS_SENTINELS = ",".join(f"{ADDRESSES[name]}:{SENTINEL_PORT}" for name in SENTINELS)
+MASTER_NAME = "continuity"
 WEB_PORT = 8000
