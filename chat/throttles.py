@@ -25,7 +25,11 @@ RATES = {
 def limiter(storage_uri: str) -> MovingWindowRateLimiter:
     """Over Redis: its server, or the primary its Sentinels name (RATE_LIMIT_STORAGE_URI)."""
     storage = storage_from_string(
-        storage_uri, wrap_exceptions=True, socket_timeout=1, socket_connect_timeout=1
+        storage_uri,
+        wrap_exceptions=True,
+        socket_timeout=1,
+        socket_connect_timeout=1,
+        **settings.RATE_LIMIT_STORAGE_OPTIONS,
     )
     return MovingWindowRateLimiter(storage)
 

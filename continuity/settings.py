@@ -138,7 +138,7 @@ TEMPLATES = [
 def database_from_url(url: str) -> dict:
     """DATABASE_URL as dj-database-url reads it, and libpq's multi-host form, which it cannot:
     `postgres://user@primary:5432,standby:5432/db?target_session_attrs=read-write` connects to
-    the first host that answers as a primary (README "Several hosts"). HOST and PORT are then
+    the first host that answers as a primary (docs/several-hosts.md). HOST and PORT are then
     libpq's comma-separated lists, which Django hands to psycopg as they are."""
     hosts = urllib.parse.urlsplit(url).netloc.rpartition("@")[2]
     one_host = url.replace(hosts, hosts.split(",")[0], 1)
@@ -284,7 +284,7 @@ EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
 EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
-# Redis with failover (README "Several hosts"): the Sentinels that watch its primary, as
+# Redis with failover (docs/several-hosts.md): the Sentinels that watch its primary, as
 # `host:port,host:port,...`, and the name they know it by. Everything that uses Redis (the
 # broker, the drain markers and heartbeat keys, the rate limiter, the live layer) then asks them
 # where the primary is, and asks again after a failover. REDIS_URL gives only the database
@@ -296,6 +296,9 @@ REDIS_SENTINELS = [
 REDIS_SENTINEL_MASTER = os.environ.get("REDIS_SENTINEL_MASTER", "continuity")
 _redis = urllib.parse.urlsplit(REDIS_URL)
 REDIS_DB = int(_redis.path.strip("/") or 0)
+REDIS_PASSWORD = urllib.parse.unquote(_redis.password) if _redis.password else None
+# The rate limiter's storage (`limits`), beside its URI: its connection's own keywords.
+RATE_LIMIT_STORAGE_OPTIONS: dict = {}
 if REDIS_SENTINELS:
     # The primary's connection keywords, beside the Sentinels: redis-py's, as channels-redis
     # takes them (continuity/live/events.py `redis_of` reads the same).
@@ -303,18 +306,27 @@ if REDIS_SENTINELS:
         "sentinels": REDIS_SENTINELS,
         "master_name": REDIS_SENTINEL_MASTER,
         "db": REDIS_DB,
-        "password": _redis.password,
+        "password": REDIS_PASSWORD,
         "sentinel_kwargs": {"socket_timeout": 2, "socket_connect_timeout": 2},
     }
     _userinfo = f":{_redis.password}@" if _redis.password else ""
     REDIS_BROKER_URL = ";".join(
         f"sentinel://{_userinfo}{host}:{port}/{REDIS_DB}" for host, port in REDIS_SENTINELS
     )
+    # The password and database go to the primary only (in the URI, limits would also send the
+    # password to the Sentinels); reads too, not to a replica that may lag behind the window.
     RATE_LIMIT_STORAGE_URI = (
-        f"redis+sentinel://{_userinfo}"
+        "redis+sentinel://"
         + ",".join(f"{host}:{port}" for host, port in REDIS_SENTINELS)
         + f"/{REDIS_SENTINEL_MASTER}"
     )
+    RATE_LIMIT_STORAGE_OPTIONS = {
+        "db": REDIS_DB,
+        "password": REDIS_PASSWORD,
+        "use_replicas": False,
+        # The Sentinels are asked without a password, as by the broker and the live layer.
+        "sentinel_kwargs": {"password": None, "socket_timeout": 1, "socket_connect_timeout": 1},
+    }
 else:
     REDIS_LAYER_HOST = {"address": REDIS_URL}
     REDIS_BROKER_URL = RATE_LIMIT_STORAGE_URI = REDIS_URL

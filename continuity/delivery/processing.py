@@ -206,8 +206,10 @@ def attempt_execute(*, begun: Begun, node: str = "", turn_ends: float = 0.0) -> 
     more waiting messages are left to the caller."""
     run, context = begun.run, begun.context
     answered, finished = False, Finished()
-    stopping = attempt_key_write(run_id=run.pk, node=node)
+    # The row's heartbeat first: the key's write may wait out Redis's retries (a failover), and
+    # a row left stale that long, with no key, is reaped as a crash.
     with RunHeartbeat(run.pk, key_written=True) as heartbeat:
+        stopping = attempt_key_write(run_id=run.pk, node=node)
         brain = attempt_ready(begun, stopping=stopping)
         if brain is None:
             return finished

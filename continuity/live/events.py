@@ -20,6 +20,8 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from redis.backoff import ExponentialWithJitterBackoff
+from redis.retry import Retry
 from redis.sentinel import Sentinel
 
 logger = logging.getLogger(__name__)
@@ -245,8 +247,11 @@ def redis_of(host: dict, *, timeout: float, retries: bool = False) -> redis.Redi
     worth waiting for)."""
     options = {key: value for key, value in host.items() if key not in LAYER_KEYS}
     options.update(socket_timeout=timeout, socket_connect_timeout=timeout)
-    if not retries:
-        options["retry"] = None
+    # With `retries`, redis-py's own default for a client (10 tries, 10 ms to 1 s apart): a
+    # Sentinel's master_for would give its connections none at all.
+    options["retry"] = (
+        Retry(ExponentialWithJitterBackoff(base=0.01, cap=1), 10) if retries else None
+    )
     if "sentinels" in host:
         sentinels = Sentinel(host["sentinels"], sentinel_kwargs=host.get("sentinel_kwargs"))
         return sentinels.master_for(host["master_name"], **options)

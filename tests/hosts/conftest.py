@@ -26,6 +26,7 @@ from continuity.live.events import redis_configured
 from tests.browser.launch import CHROMIUM_LAUNCH
 from tests.hosts.front import Front
 from tests.hosts.network import BRIDGE_ADDRESS, Host, Network
+from tests.hosts.pages import signed_in_context
 from tests.hosts.store import HostRedis, HostSentinel, PrivatePostgres, remove_leftover_clusters
 from tests.hosts.topology import ADDRESSES, DATABASE_NAME, HOSTS, SENTINELS, WEB_PORT
 from tests.processes import ARTIFACTS, WatchdogProcess, WebProcess, WorkerProcess
@@ -71,14 +72,11 @@ def databases(network):
     """The private PostgreSQL on pg-1, with its synchronous standby on pg-2."""
     remove_leftover_clusters()
     primary = PrivatePostgres(network["pg-1"]).initialize()
-    made = [primary]
     try:
         primary.start().create_database(DATABASE_NAME)
-        made.append(primary.standby(network["pg-2"], name="standby"))
-        yield Databases(*made)
+        yield Databases(primary, primary.standby(network["pg-2"], name="standby"))
     finally:
-        for cluster in made:
-            cluster.remove()
+        primary.remove()  # and its standby
 
 
 @dataclass
@@ -214,10 +212,9 @@ class Deployment:
     def remove(self) -> None:
         for front in self.fronts:
             front.stop()
-        for name in HOSTS:
-            if name in DEPLOYED:
-                self.network.heal(name)
-                self.host(name).lose()
+        for name in DEPLOYED:  # killed before healed: a partitioned host writes nothing more
+            self.host(name).lose()
+            self.network.heal(name)
         for process in self.started:
             if process.popen is not None:
                 process.popen.wait()
@@ -230,6 +227,21 @@ def deployment(network, store):
         yield made
     finally:
         made.remove()
+
+
+@pytest.fixture
+def signed_in(browser):
+    """Browser contexts signed in as a person; closed after the test, so their pages do not
+    reconnect to the next test's web hosts (the same addresses)."""
+    contexts = []
+
+    def make(user):
+        contexts.append(signed_in_context(browser, user))
+        return contexts[-1]
+
+    yield make
+    for context in contexts:
+        context.close()
 
 
 @pytest.fixture

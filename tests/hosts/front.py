@@ -63,6 +63,10 @@ class Front:
         client.close()
 
     def stop(self) -> None:
+        # Shut down first: a close alone does not wake the thread blocked in accept(), which
+        # would relay one more connection to the next test's web hosts.
+        with contextlib.suppress(OSError):
+            self.listener.shutdown(socket.SHUT_RDWR)
         self.listener.close()
         for each in self.sockets:
             with contextlib.suppress(OSError):

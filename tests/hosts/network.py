@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import subprocess
+import time
 from dataclasses import dataclass
 
 # Names carry this prefix, so a run killed before its clean-up leaves nothing the next run
@@ -53,11 +54,18 @@ class Host:
         return [int(pid) for pid in listed]
 
     def lose(self) -> list[int]:
-        """Every process on the host SIGKILLed at once, as a host that loses its power."""
-        killed = self.pids()
-        for pid in killed:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        """Every process on the host SIGKILLed, as the issue's probe lost a host. Its kernel
+        stays: peers get resets and refusals at once. A host that goes silent instead (power,
+        network) is the partition's case (`Network.partition`)."""
+        killed: list[int] = []
+        deadline = time.monotonic() + 10
+        while pids := self.pids():  # again: a pool or a postmaster may have forked meanwhile
+            assert time.monotonic() < deadline, f"processes outlived SIGKILL on {self.name}"
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            killed += [pid for pid in pids if pid not in killed]
+            time.sleep(0.05)
         return killed
 
     def mac(self) -> str:
@@ -79,7 +87,8 @@ class Network:
         remove_leftovers()
         if f" {SUBNET}." in ip("-4", "-o", "addr").stdout:
             raise RuntimeError(f"{SUBNET}.0/24 is in use here: set CONTINUITY_HOSTS_SUBNET")
-        ip("link", "add", BRIDGE, "type", "bridge")
+        # Not through the host's firewall (br_netfilter, where Docker loaded it).
+        ip("link", "add", BRIDGE, "type", "bridge", "nf_call_iptables", "0")
         ip("addr", "add", f"{BRIDGE_ADDRESS}/24", "dev", BRIDGE)
         ip("link", "set", BRIDGE, "up")
         for host in self.hosts.values():
@@ -94,8 +103,9 @@ class Network:
         return self
 
     def partition(self, name: str) -> None:
-        """Cut `name` off. The hosts' address caches are pinned meanwhile, so no failed address
-        lookup turns the silence into "no route to host" errors on either side."""
+        """Cut `name` off: the cut is the last step, so whatever the caller reads afterwards
+        is what the host had done before it. The hosts' address caches are pinned first, so no
+        failed address lookup turns the silence into "no route to host" errors on either side."""
         cut = self[name]
         for other in self.hosts.values():
             if other is not cut:

@@ -41,12 +41,13 @@ def as_postgres(argv: list[str]) -> list[str]:
 
 
 CLUSTER_PREFIX = "continuity-hosts-pg-"
+SENTINEL_PREFIX = "continuity-hosts-sentinel-"
 
 
 def remove_leftover_clusters() -> None:
     """The data directories of runs killed before their clean-up (their processes went with
-    their hosts' namespaces)."""
-    for directory in Path(tempfile.gettempdir()).glob(f"{CLUSTER_PREFIX}*"):
+    their hosts' namespaces): clusters and Sentinels'."""
+    for directory in Path(tempfile.gettempdir()).glob("continuity-hosts-*"):
         shutil.rmtree(directory, ignore_errors=True)
 
 
@@ -61,6 +62,7 @@ class PrivatePostgres:
         self.settings = settings or {}
         self.directory = ""
         self.process: ChildProcess | None = None
+        self.replicas: list[PrivatePostgres] = []
 
     def initialize(self) -> PrivatePostgres:
         self.directory = tempfile.mkdtemp(prefix=CLUSTER_PREFIX)
@@ -157,6 +159,7 @@ class PrivatePostgres:
                          "--checkpoint=fast", "--no-sync"]),
             check=True, capture_output=True,
         )  # fmt: skip
+        self.replicas.append(replica)  # removed with this one, even if it fails to start
         replica.start()
         self.query(f"ALTER SYSTEM SET synchronous_standby_names = '{name}'")
         self.query("SELECT pg_reload_conf()")
@@ -181,6 +184,8 @@ class PrivatePostgres:
         )  # fmt: skip
 
     def remove(self) -> None:
+        for replica in self.replicas:
+            replica.remove()
         if self.process is not None:
             self.process.kill_all()
         if self.directory:
@@ -212,7 +217,7 @@ class HostSentinel(ChildProcess):
 
     def __init__(self, host: Host, *, primary: Host) -> None:
         self.host = host
-        self.directory = tempfile.mkdtemp(prefix="continuity-hosts-sentinel-")
+        self.directory = tempfile.mkdtemp(prefix=SENTINEL_PREFIX)
         config = Path(self.directory) / "sentinel.conf"  # Sentinel rewrites it as it learns
         config.write_text(
             f"port {SENTINEL_PORT}\n"

@@ -18,7 +18,7 @@ from continuity.models import Checkpoint, Message, ReplyChunk, Run
 from continuity.sql import database_now
 from tests.factories import ConversationFactory, UserFactory
 from tests.hosts.load import USERS, Load, promise_kept
-from tests.hosts.pages import WatchingPage, servers_rendering, signed_in_context
+from tests.hosts.pages import WatchingPage, servers_rendering
 from tests.hosts.topology import WEB_PORT
 from tests.waiting import wait_for
 
@@ -51,9 +51,12 @@ def seconds_until_taken_over(runs: list[Run], since) -> float:
 def test_a_worker_host_lost_whole_under_load(deployment, record):
     deployment.start()
     load = Load(deployment.front_a).start()
-    held = wait_for(lambda: mid_reply("worker-c@hosts"), timeout=60, what="host C mid-reply")
+    wait_for(lambda: mid_reply("worker-c@hosts"), timeout=60, what="host C mid-reply")
     lost_at = database_now()
     killed = deployment.host("worker-c").lose()
+    # Read after the loss: what it was still running then (the watchdog takes a beat or two).
+    held = list(running_on("worker-c@hosts"))
+    assert held, "host C finished its replies before it was lost"
 
     verdict = load.verdict()
     taken_over = seconds_until_taken_over(held, lost_at)
@@ -88,9 +91,12 @@ def test_a_partitioned_worker_host_writes_nothing_after_its_lease_is_taken(deplo
     deployment.start()
     load = Load(deployment.front_a).start()
     node = "worker-d@hosts"
-    held = wait_for(lambda: mid_reply(node), timeout=60, what="host D mid-reply")
+    wait_for(lambda: mid_reply(node), timeout=60, what="host D mid-reply")
     cut_at, cut = database_now(), time.monotonic()
     deployment.network.partition("worker-d")
+    # Read after the cut: nothing D does after it reaches the database until the heal.
+    held = list(running_on(node))
+    assert held, "host D finished its replies before it was cut off"
 
     def taken_over() -> bool:
         return all(
@@ -108,6 +114,7 @@ def test_a_partitioned_worker_host_writes_nothing_after_its_lease_is_taken(deplo
     )
     deployment.network.heal("worker-d")
     healed = time.monotonic()
+    assert healed - cut < 10, "healed too late: D's connections had already timed out"
     verdict = load.verdict()
     # Once the worker answers and runs nothing (no work is left to give it), whatever its
     # processes could still write is written.
@@ -126,7 +133,7 @@ SLOW_HINT_SECONDS = 5
 
 
 def test_a_page_on_a_killed_web_host_reconnects_to_the_other_and_catches_up(
-    deployment, browser, record
+    deployment, signed_in, record
 ):
     """Web B dies while its page streams; until the reply is committed and the page's slow
     hint has come and gone, the front has no web host for it. Only the catch-up the page asks
@@ -134,7 +141,7 @@ def test_a_page_on_a_killed_web_host_reconnects_to_the_other_and_catches_up(
     deployment.start(CONTINUITY_PAGE_RESYNC_SECONDS="0")
     user = UserFactory()
     conversation = ConversationFactory(owner=user)
-    context = signed_in_context(browser, user)
+    context = signed_in(user)
     watching = WatchingPage(context, deployment.front_b, conversation)
     web_a = (deployment.host("web-a").address, WEB_PORT)
     assert deployment.front_b.connections[web_a] == 0  # everything went to B
@@ -162,11 +169,11 @@ def test_a_page_on_a_killed_web_host_reconnects_to_the_other_and_catches_up(
     assert rendered == servers_rendering(context, deployment.front_a, message)
 
 
-def test_a_page_on_web_a_shows_a_reply_written_on_worker_host_c(deployment, browser, record):
+def test_a_page_on_web_a_shows_a_reply_written_on_worker_host_c(deployment, signed_in, record):
     deployment.start(workers=("worker-c",))
     user = UserFactory()
     conversation = ConversationFactory(owner=user)
-    context = signed_in_context(browser, user)
+    context = signed_in(user)
     watching = WatchingPage(context, deployment.front_a, conversation)
 
     message = watching.send("Hello from a page on web A.")
@@ -183,7 +190,7 @@ def test_a_page_on_web_a_shows_a_reply_written_on_worker_host_c(deployment, brow
 
 
 def test_pages_end_with_the_reply_when_its_worker_host_dies_just_after_the_commit(
-    deployment, browser, record
+    deployment, signed_in, record
 ):
     """The host's last live updates (the reply's end) are lost with it; the pages, their
     sockets open all along, must still end with the reply, without reconnecting."""
@@ -193,7 +200,7 @@ def test_pages_end_with_the_reply_when_its_worker_host_dies_just_after_the_commi
     deployment.worker("worker-c", CONTINUITY_PUBLISH_LINGER_SECONDS="0.5")
     user = UserFactory()
     conversation = ConversationFactory(owner=user)
-    context = signed_in_context(browser, user)
+    context = signed_in(user)
     pages = [WatchingPage(context, front, conversation) for front in deployment.fronts]
 
     message = pages[0].send("Please answer, then vanish.")
@@ -206,14 +213,21 @@ def test_pages_end_with_the_reply_when_its_worker_host_dies_just_after_the_commi
         watching.shows_answered(message, timeout=30_000)
     repaired_in = round(time.monotonic() - lost, 2)
     expected = servers_rendering(context, deployment.front_a, message)
-    record(seconds_until_every_page_shows_the_reply=repaired_in)
+    run = Run.objects.get(message=message, state=Run.State.COMPLETED)
+    last_chunk = run.reply_chunks.count()
+    record(
+        seconds_until_every_page_shows_the_reply=repaired_in,
+        pages_that_heard_the_last_chunk_live=sum(
+            last_chunk in watching.chunks.get(run.pk, []) for watching in pages
+        ),
+    )
     for watching in pages:
         assert watching.reply(message).inner_html() == expected
         assert watching.sockets == 1 and watching.same_document()
 
 
 def test_replies_from_a_host_whose_clock_is_two_minutes_behind_stream_live(
-    deployment, browser, record
+    deployment, signed_in, record
 ):
     """One person's two conversations are answered at once, one on each worker host: every
     page of that person hears both hosts (a conversation's updates, and the sidebar's for the
@@ -224,7 +238,7 @@ def test_replies_from_a_host_whose_clock_is_two_minutes_behind_stream_live(
     person = UserFactory()
     load = Load(deployment.front_a, owners=[person, person, *UserFactory.create_batch(USERS - 2)])
     watched = load.conversations[:2]
-    context = signed_in_context(browser, person)
+    context = signed_in(person)
     pages = [(context, WatchingPage(context, deployment.front_b, each)) for each in watched]
     verdict = load.start().verdict()
 

@@ -10,20 +10,20 @@ from __future__ import annotations
 
 import time
 
-from continuity.models import Message, Run
+from continuity.models import CrashRecord, Message, Run
 from continuity.sql import database_now
 from tests.hosts.load import Load, promise_kept
-from tests.hosts.pages import WatchingPage, servers_rendering, signed_in_context
+from tests.hosts.pages import WatchingPage, servers_rendering
 from tests.waiting import wait_for
 
 
 def test_the_redis_primary_lost_under_load_and_its_replica_promoted(
-    deployment, redises, browser, record
+    deployment, redises, signed_in, record
 ):
     deployment.start()
     load = Load(deployment.front_a)
     watched = load.conversations[0]
-    context = signed_in_context(browser, watched.owner)
+    context = signed_in(watched.owner)
     watching = WatchingPage(context, deployment.front_b, watched)
     load.start()
     replies = Message.objects.filter(conversation_id__in=load.ids, role=Message.Role.ASSISTANT)
@@ -48,6 +48,7 @@ def test_the_redis_primary_lost_under_load_and_its_replica_promoted(
     resumed = round(time.monotonic() - lost, 2)
 
     verdict = load.verdict()
+    crashes = CrashRecord.objects.filter(conversation_id__in=load.ids).count()
     last = load.user_messages().filter(conversation=watched).last()
     watching.shows_answered(last, timeout=30_000)
     record(
@@ -56,7 +57,9 @@ def test_the_redis_primary_lost_under_load_and_its_replica_promoted(
         seconds_until_promoted=promoted,
         seconds_until_answers_resumed=resumed,
         page_sockets=watching.sockets,
+        attempts_charged=crashes,
     )
     promise_kept(verdict)
+    assert crashes == 0, "an outage of Redis was charged to a message"
     assert watching.reply(last).inner_html() == servers_rendering(context, deployment.front_a, last)
     assert watching.same_document()

@@ -25,7 +25,7 @@ REDIS_PORT = 6379
 POSTGRES_USER = "postgres"
 DATABASE_NAME = "continuity"
 # pg-1 starts as the primary, with pg-2 its synchronous standby; libpq takes whichever of the
-# two answers as the primary, in this order (README "Several hosts").
+# two answers as the primary, in this order (docs/several-hosts.md).
 DATABASE_URL = (
     f"postgres://{POSTGRES_USER}@{ADDRESSES['pg-1']}:{POSTGRES_PORT},"
     f"{ADDRESSES['pg-2']}:{POSTGRES_PORT}/{DATABASE_NAME}?target_session_attrs=read-write"
