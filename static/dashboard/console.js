@@ -66,9 +66,20 @@
       }
     });
   }
-  document.addEventListener("DOMContentLoaded", scrollableTables);
-  document.addEventListener("htmx:afterSettle", scrollableTables);
-  window.addEventListener("resize", scrollableTables);
+  // Checked again whenever a wrapper or its table changes size, not only at load and swaps:
+  // a table that widens afterwards (times rewritten to the reader's clock, a thread that
+  // grew) must not be left scrollable and out of the keyboard's reach.
+  const tableSizes = new ResizeObserver(scrollableTables);
+  function watchTables() {
+    document.querySelectorAll(".table-wrap").forEach((wrap) => {
+      tableSizes.observe(wrap);
+      const table = wrap.querySelector("table");
+      if (table) tableSizes.observe(table);
+    });
+    scrollableTables();
+  }
+  document.addEventListener("DOMContentLoaded", watchTables);
+  document.addEventListener("htmx:afterSettle", watchTables);
 
   // A taken-over conversation's thread refreshes while support answers in it: the reply form
   // answers the message the thread now says it answers.
