@@ -64,11 +64,7 @@ class TcpRelay:
         return self
 
     def accept_loop(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:  # stopped
-                return
+        for client in accepted(self.listener):
             try:
                 server = socket.create_connection(self.upstream, timeout=5)
             except OSError:
@@ -86,6 +82,16 @@ class TcpRelay:
             with contextlib.suppress(OSError):
                 each.shutdown(socket.SHUT_RDWR)
             each.close()
+
+
+def accepted(listener: socket.socket) -> Iterator[socket.socket]:
+    """Each connection `listener` accepts, until it is closed (the relay stopped)."""
+    while True:
+        try:
+            client, _ = listener.accept()
+        except OSError:
+            return
+        yield client
 
 
 def pipe(source: socket.socket, target: socket.socket, passes=None) -> None:

@@ -10,7 +10,7 @@ import threading
 from collections import Counter
 from collections.abc import Iterator
 
-from tests.relay import pipe
+from tests.relay import accepted, pipe
 
 
 class Front:
@@ -28,11 +28,7 @@ class Front:
         return self
 
     def accept_loop(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:  # stopped
-                return
+        for client in accepted(self.listener):
             threading.Thread(target=self.relay, args=(client,), daemon=True).start()
 
     @contextlib.contextmanager
