@@ -20,7 +20,8 @@ from django.db import connection
 from django.test import Client
 
 from continuity.delivery.inbox import message_accept
-from continuity.models import Conversation, CrashRecord, DeadLetter, Message, Run
+from continuity.errors import DATABASE_LOST
+from continuity.models import Checkpoint, Conversation, CrashRecord, DeadLetter, Message, Run
 from tests.factories import ConversationFactory
 from tests.outages import (
     database_refuses_connections,
@@ -228,6 +229,27 @@ def test_a_lost_commit_acknowledgement_is_found_out_by_the_next_attempt(relayed)
     message.refresh_from_db()
     assert (message.state, message.attempts, message.interruptions) == ("done", 1, 1)
     assert "Ada" in message.reply.text
+    assert not CrashRecord.objects.exists() and not DeadLetter.objects.exists()
+    assert_promise_kept([message])
+
+
+def test_a_lost_acknowledgement_of_an_attempts_beginning_is_an_interruption_not_a_crash(relayed):
+    """The COMMIT that begins an attempt reaches the server, which commits it, but its answer
+    is lost (a primary lost at that moment leaves its standby with the same): the worker cannot
+    know the attempt began, and no one runs it. When it is reaped, it is a database outage,
+    given back and not charged, and the next attempt answers once."""
+    relay = relayed.relay
+    relay.lose_next_commit_ack()
+    message = message_accept(conversation=ConversationFactory(), text="hi", client_id=uuid.uuid4())
+    wait_for(lambda: relay.commit_acks_lost == 1, timeout=30, what="a COMMIT's answer lost")
+    wait_finished([message], timeout=60)
+
+    assert run_states(message) == ["interrupted", "completed"]
+    begun_unknowingly = message.runs.order_by("id").first()
+    assert begun_unknowingly.error == f"{DATABASE_LOST}: the attempt could not record its end."
+    assert not Checkpoint.objects.filter(run=begun_unknowingly).exists()  # it never ran
+    message.refresh_from_db()
+    assert (message.state, message.attempts, message.interruptions) == ("done", 1, 1)
     assert not CrashRecord.objects.exists() and not DeadLetter.objects.exists()
     assert_promise_kept([message])
 

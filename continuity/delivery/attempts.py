@@ -42,7 +42,7 @@ from ..ops.faults import fault_point
 from .audit import staff_action_record
 from .conversations import conversation_pause
 from .dead_letters import dead_letter_create
-from .heartbeats import outage_note, stale_before, stale_run_ids
+from .heartbeats import outage_note, outages_noted, stale_before, stale_run_ids
 from .inbox import conversation_enqueue, message_bump, message_bump_statement
 from .workers import current_incarnation
 
@@ -120,29 +120,36 @@ def attempt_begin(
     `on_begin` runs in the same transaction, with the lease held: what it stores commits with
     the attempt counter (one commit fewer per message). It is given the rows of the `reads`
     of the message, which run in the round trip that opens the attempt."""
-    with transaction.atomic():
-        conversation, message, leased = next_attempt_of(
-            sql.batch(*next_attempt_statements(conversation_id)), conversation_id=conversation_id
-        )
-        if message is not None:
-            return attempt_start(
-                conversation=conversation,
-                message=message,
-                node=node,
-                reads=reads,
-                on_begin=on_begin,
+    begun = None
+    try:
+        with transaction.atomic():
+            conversation, message, leased = next_attempt_of(
+                sql.batch(*next_attempt_statements(conversation_id)),
+                conversation_id=conversation_id,
             )
+            if message is not None:
+                begun = attempt_start(
+                    conversation=conversation,
+                    message=message,
+                    node=node,
+                    reads=reads,
+                    on_begin=on_begin,
+                )
+    except (OperationalError, InterfaceError):
+        # The commit's answer never came: whether it took is unknown. Had it, the attempt began
+        # and no one runs it: when the watchdog reaps it, it is an interruption, not a crash.
+        if begun is not None:
+            outage_note(begun.pk)
+        raise
+    if begun is not None:
+        return begun
     if leased:
         # Another attempt holds the lease; if its heartbeat lapsed, its worker died. Asked once
         # the lock is released: Redis may take a while to answer, and the lock blocks writers.
-        for stale_id in stale_run_ids(Run.objects.filter(conversation_id=conversation_id)):
-            attempt_end(
-                run_id=stale_id,
-                state=Run.State.CRASHED,
-                error=CRASH_ERROR,
-                detected_by=CrashRecord.Detector.DRAIN,
-                only_if_stale=True,
-            )
+        runs_reap(
+            run_ids=stale_run_ids(Run.objects.filter(conversation_id=conversation_id)),
+            detected_by=CrashRecord.Detector.DRAIN,
+        )
     return None
 
 
@@ -187,7 +194,13 @@ def attempt_start(
         reads=reads(message) if reads is not None else (),
     )
     if on_begin is not None:
-        on_begin(run, message, read)
+        try:
+            on_begin(run, message, read)
+        except (OperationalError, InterfaceError):
+            # Its last write may commit the caller's transaction in the same round trip
+            # (`sql.batch`): see `attempt_begin`.
+            outage_note(run.pk)
+            raise
     transaction.on_commit(
         lambda: publish_message_changed(conversation_id=conversation.pk, message_id=message.pk)
     )
@@ -499,6 +512,43 @@ def reply_and_next(
     except Exception as exc:  # the next message's trouble must not cost this reply
         raise NextAttemptFailed(f"Run {run.pk}: the next attempt did not begin.") from exc
     return Finished(next_begun=begun), begun
+
+
+def each_guarded(items: list[int], action, what: str) -> int:
+    """Apply `action` to each id; one failing item is logged and must not stop the others."""
+    done = 0
+    for item in items:
+        try:
+            done += bool(action(item))
+        except Exception:
+            logger.exception("Could not %s %s", what, item)
+    return done
+
+
+def runs_reap(
+    *, run_ids: list[int], detected_by: str, only_if_stale: bool = True, error: str = CRASH_ERROR
+) -> int:
+    """End these runs as crashed; those that lost the database (`outage_note`) as interrupted,
+    which the message is not charged for, whatever the outage's length."""
+    lost_database = outages_noted(run_ids)
+
+    def reap(run_id: int) -> bool:
+        if run_id in lost_database:
+            return attempt_end(
+                run_id=run_id,
+                state=Run.State.INTERRUPTED,
+                error=f"{DATABASE_LOST}: the attempt could not record its end.",
+                only_if_stale=only_if_stale,
+            )
+        return attempt_end(
+            run_id=run_id,
+            state=Run.State.CRASHED,
+            error=error,
+            detected_by=detected_by,
+            only_if_stale=only_if_stale,
+        )
+
+    return each_guarded(run_ids, reap, "reap run")
 
 
 @transaction.atomic

@@ -13,7 +13,13 @@ from datetime import timedelta
 
 import redis
 from django.conf import settings
-from django.db import DatabaseError, InterfaceError, close_old_connections, connection
+from django.db import (
+    DatabaseError,
+    InterfaceError,
+    OperationalError,
+    close_old_connections,
+    connection,
+)
 from django.db.models import DateTimeField, ExpressionWrapper, QuerySet
 from django.db.models.functions import Now
 
@@ -165,8 +171,12 @@ class RunHeartbeat:
         run_beats().add(self)
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *exc_info: object) -> None:
         run_beats().remove(self)
+        if exc_type is not None and issubclass(exc_type, (OperationalError, InterfaceError)):
+            # The database went away before the attempt's end was recorded (a withdrawal that
+            # could not commit): when the watchdog reaps it, it is an interruption.
+            outage_note(self.run_id)
         if not self.completed:
             # An attempt whose end may be unrecorded is reaped as soon as its row goes stale.
             # A completed run's key is read by no one: it expires within two heartbeats, and

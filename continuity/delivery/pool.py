@@ -27,8 +27,8 @@ from django.db.models import F, Max
 from django.db.models.functions import Now
 
 from ..models import Conversation, CrashRecord, Run
+from .attempts import runs_reap
 from .inbox import conversation_enqueue
-from .recovery import runs_reap
 from .workers import current_incarnation
 
 logger = logging.getLogger(__name__)

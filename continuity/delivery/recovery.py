@@ -14,51 +14,13 @@ from django.conf import settings
 from django.db.models import Exists, F, OuterRef, Q
 from django.db.models.functions import Now
 
-from ..errors import DATABASE_LOST
 from ..models import Conversation, CrashRecord, Handoff, Run
-from .attempts import CRASH_ERROR, attempt_end, db_now_plus, pending_messages
-from .heartbeats import outages_noted, redis_client, stale_run_ids
+from .attempts import attempt_end, db_now_plus, each_guarded, pending_messages, runs_reap
+from .heartbeats import redis_client, stale_run_ids
 from .inbox import conversation_enqueue, drains_waiting
 from .workers import current_incarnation, process_gone
 
 logger = logging.getLogger(__name__)
-
-
-def each_guarded(items: list[int], action, what: str) -> int:
-    """Apply `action` to each id; one failing item is logged and must not stop the others."""
-    done = 0
-    for item in items:
-        try:
-            done += bool(action(item))
-        except Exception:
-            logger.exception("Could not %s %s", what, item)
-    return done
-
-
-def runs_reap(
-    *, run_ids: list[int], detected_by: str, only_if_stale: bool = True, error: str = CRASH_ERROR
-) -> int:
-    """End these runs as crashed; those that lost the database (`outage_note`) as interrupted,
-    which the message is not charged for, whatever the outage's length."""
-    lost_database = outages_noted(run_ids)
-
-    def reap(run_id: int) -> bool:
-        if run_id in lost_database:
-            return attempt_end(
-                run_id=run_id,
-                state=Run.State.INTERRUPTED,
-                error=f"{DATABASE_LOST}: the attempt could not record its end.",
-                only_if_stale=only_if_stale,
-            )
-        return attempt_end(
-            run_id=run_id,
-            state=Run.State.CRASHED,
-            error=error,
-            detected_by=detected_by,
-            only_if_stale=only_if_stale,
-        )
-
-    return each_guarded(run_ids, reap, "reap run")
 
 
 def due_conversation_ids() -> list[int]:
