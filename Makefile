@@ -26,8 +26,7 @@ SUITE := --ignore=tests/llm
 # skip elsewhere). See README "Two commands".
 test: $(DEV) $(AXE)
 	scripts/ensure-test-services
-	$(BIN)/ruff check .
-	$(BIN)/ruff format --check .
+	$(MAKE) lint
 	rm -rf test-artifacts
 	$(BIN)/python -m pytest $(SUITE) -n $(TEST_WORKERS) -m "not exclusive" $(PYTEST_ARGS)
 	$(BIN)/python -m pytest $(SUITE) -m exclusive $(PYTEST_ARGS)
@@ -50,9 +49,12 @@ bench: $(DEV)
 	DATABASE_URL=$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/continuity} \
 		$(BIN)/python manage.py bench $(BENCH_ARGS)
 
+# The import contracts are pyproject.toml's [tool.importlinter]: the layers, no devtools or tests
+# in the product, and where hand-written SQL may be imported.
 lint: $(DEV)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	PYTHONPATH=. $(BIN)/lint-imports
 
 format: $(DEV)
 	$(BIN)/ruff format .

@@ -10,8 +10,9 @@ from pathlib import Path
 from django.db import connection
 
 from continuity.models import Run, Worker
-from continuity.ops.processes import ChildProcess, WorkerChild, watchdog_argv, web_argv
-from continuity.ops.redis_server import free_port
+from continuity.ops.web import web_argv
+from devtools.processes import ChildProcess, WorkerChild, watchdog_argv
+from devtools.redis_server import free_port
 from tests.waiting import wait_for
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
@@ -29,15 +30,16 @@ FAST_CLOCKS = {
 
 
 def command_env(**overrides: str) -> dict[str, str]:
-    """Environment for a child process on the test database, with the project's own settings
-    (a `manage.py` command that starts and configures processes of its own: bench, chaos).
+    """Environment for a child process on the test database, with the developer tools'
+    settings (a `manage.py` command that starts and configures processes of its own: bench,
+    chaos), which are the product's with those commands installed.
 
     Never with DJANGO_ALLOW_ASYNC_UNSAFE (the browser tests' own process sets it): a synchronous
     ORM call in async code must fail in daphne as it does in production."""
     inherited = {k: v for k, v in os.environ.items() if k != "DJANGO_ALLOW_ASYNC_UNSAFE"}
     return {
         **inherited,
-        "DJANGO_SETTINGS_MODULE": "continuity.settings",
+        "DJANGO_SETTINGS_MODULE": "devtools.settings",
         "DATABASE_URL": database_url(),
         **overrides,
     }

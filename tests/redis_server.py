@@ -8,7 +8,7 @@ import os
 import signal
 from collections.abc import Iterator
 
-from continuity.ops.redis_server import RedisServer
+from devtools.redis_server import RedisServer
 
 # One per pytest process: each of pytest-xdist's workers (PYTEST_XDIST_WORKER, which the
 # processes a test starts inherit too) has its own, as it has its own test database.

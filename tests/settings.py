@@ -12,6 +12,7 @@ os.environ.setdefault("CONTINUITY_BUILTIN_TOKEN_DELAY", "0")
 
 from continuity.settings import *  # noqa: E402, F403
 
+INSTALLED_APPS = [*INSTALLED_APPS, "devtools"]  # noqa: F405
 CONTINUITY_FAULT_INJECTION = True
 CONTINUITY_BRAINS = {**CONTINUITY_BRAINS, "faulty": "tests.brains.FaultyBrain"}  # noqa: F405
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

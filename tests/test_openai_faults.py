@@ -21,7 +21,7 @@ from continuity.models import (
     ReplyChunk,
     Run,
 )
-from continuity.ops.fake_model import FakeOpenAI, reply_to, worker_settings
+from devtools.fake_model import FakeOpenAI, reply_to, worker_settings
 from tests.processes import WatchdogProcess, WorkerProcess, process_id
 from tests.test_faults import (
     assert_promise_kept,

@@ -20,8 +20,8 @@ from django.conf import settings
 
 from continuity.delivery.inbox import message_accept
 from continuity.models import Message, Worker
-from continuity.ops.processes import ChildProcess
-from continuity.ops.redis_server import free_port
+from devtools.processes import ChildProcess
+from devtools.redis_server import free_port
 from tests.factories import ConversationFactory, UserFactory
 from tests.processes import artifact, process_env
 from tests.redis_server import session_redis_server

@@ -9,7 +9,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from continuity.models import Message, Run
-from continuity.ops.fake_model import FakeOpenAI, worker_settings
+from devtools.fake_model import FakeOpenAI, worker_settings
 from tests.browser.helpers import log_in
 from tests.dashboard.console import dead_letter_make
 from tests.factories import ConversationFactory, UserFactory

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import Page, expect
 
-from continuity.ops.fake_model import FakeOpenAI, reply_to, worker_settings
+from devtools.fake_model import FakeOpenAI, reply_to, worker_settings
 from tests.browser.helpers import log_in
 from tests.factories import ConversationFactory, UserFactory
 from tests.processes import ARTIFACTS, WebProcess, WorkerProcess

@@ -11,7 +11,7 @@ from playwright.sync_api import Page, expect
 
 from continuity.delivery.branches import version_show
 from continuity.models import Message, Run, RunContext
-from continuity.ops.fake_model import FakeOpenAI, worker_settings
+from devtools.fake_model import FakeOpenAI, worker_settings
 from tests.browser.helpers import accessibility_violations, log_in, off_the_loop
 from tests.continuity.test_branches import answered
 from tests.factories import ConversationFactory, UserFactory

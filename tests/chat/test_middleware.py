@@ -13,7 +13,7 @@ from django.http import HttpResponse
 from django.urls import path
 
 from continuity.database.outages import database_unreachable
-from continuity.ops.redis_server import free_port
+from devtools.redis_server import free_port
 
 pytestmark = pytest.mark.django_db
 

@@ -13,7 +13,7 @@ from chat.brains.builtin import BuiltinBrain
 from chat.brains.openai import ModelTimeout, OpenAIBrain, prompt_messages
 from continuity.brains import CUT_OFF, Context, HandoffNote, RecoveryNote, Turn, brain_load
 from continuity.errors import BackendUnavailable, PermanentError
-from continuity.ops.fake_model import FakeOpenAI, reply_to
+from devtools.fake_model import FakeOpenAI, reply_to
 
 
 @pytest.fixture

@@ -183,7 +183,7 @@ def test_starting_conversations_is_limited_too(owner_client, settings):
 
 
 def test_without_redis_the_limit_lets_messages_through(owner_client, conversation, settings):
-    from continuity.ops.redis_server import free_port
+    from devtools.redis_server import free_port
 
     settings.CONTINUITY_SEND_RATE = "1/minute"
     settings.RATE_LIMIT_STORAGE_URI = f"redis://127.0.0.1:{free_port()}/0"

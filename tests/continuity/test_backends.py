@@ -31,8 +31,8 @@ from continuity.models import (
     Run,
     Summary,
 )
-from continuity.ops.fake_model import FakeOpenAI, reply_to
-from continuity.ops.redis_server import free_port
+from devtools.fake_model import FakeOpenAI, reply_to
+from devtools.redis_server import free_port
 from tests.factories import ConversationFactory, UserFactory
 from tests.waiting import wait_for
 

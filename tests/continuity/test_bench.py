@@ -11,12 +11,12 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from continuity.ops.bench.counting import Cost, sql_tally, statement_kind
-from continuity.ops.bench.plan import Plan
-from continuity.ops.bench.report import NUMBERS, Report, markdown, run_verdicts, text_table
-from continuity.ops.bench.run import SECTIONS
-from continuity.ops.bench.stats import Figure, Section, percentile
-from continuity.ops.bench.targets import met_shown
+from devtools.bench.counting import Cost, sql_tally, statement_kind
+from devtools.bench.plan import Plan
+from devtools.bench.report import NUMBERS, Report, markdown, run_verdicts, text_table
+from devtools.bench.run import SECTIONS
+from devtools.bench.stats import Figure, Section, percentile
+from devtools.bench.targets import met_shown
 from tests.processes import command_env
 
 # The suite's session fixtures expect the test database; these tests do not touch it (the smoke

@@ -71,7 +71,7 @@ WARMED_PROBE = """
 import os, sys, django
 django.setup()
 from continuity.delivery.worker_signals import on_worker_init
-from continuity.ops.fake_model import FakeOpenAI
+from devtools.fake_model import FakeOpenAI
 on_worker_init(sender=None)
 fake = FakeOpenAI(delay=0).start()
 os.environ.update(CONTINUITY_OPENAI_BASE_URL=fake.url, CONTINUITY_OPENAI_API_KEY=fake.api_key)

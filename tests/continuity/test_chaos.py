@@ -8,7 +8,7 @@ import pytest
 from django.utils import timezone
 
 from continuity.models import Conversation, Message, Run
-from continuity.ops.chaos import chaos_audit
+from devtools.chaos import chaos_audit
 from tests.factories import ConversationFactory, MessageFactory
 
 pytestmark = pytest.mark.django_db

@@ -384,7 +384,7 @@ def test_within_a_turn_the_next_attempt_begins_in_the_transaction_that_stores_th
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from continuity.ops.bench.counting import Cost, sql_tally
+    from devtools.bench.counting import Cost, sql_tally
 
     settings.CONTINUITY_DRAIN_TURN_SECONDS = 60
     send(conversation, "hello")

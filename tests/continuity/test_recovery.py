@@ -206,7 +206,7 @@ def test_while_the_broker_is_down_nothing_is_sent_and_the_next_sweep_retries(
     import redis
 
     from continuity.delivery import recovery
-    from continuity.ops.redis_server import free_port
+    from devtools.redis_server import free_port
 
     send(conversation)
     age(Conversation, conversation.pk, enqueued_at=31)

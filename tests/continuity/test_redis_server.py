@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from continuity.ops.redis_server import RedisServer
+from devtools.redis_server import RedisServer
 
 pytestmark = pytest.mark.django_db
 

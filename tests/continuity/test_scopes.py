@@ -19,7 +19,7 @@ from continuity.context.recoveries import handoff_correct
 from continuity.delivery.inbox import message_accept
 from continuity.delivery.processing import drain_conversation
 from continuity.models import Handoff, MemoryFact, Message, RunContext, Summary
-from continuity.ops.fake_model import FakeOpenAI
+from devtools.fake_model import FakeOpenAI
 from tests.factories import ConversationFactory
 
 pytestmark = pytest.mark.django_db

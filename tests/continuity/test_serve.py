@@ -17,7 +17,7 @@ from continuity.management.commands.serve import (
     supervisord_config,
     write_private,
 )
-from continuity.ops.redis_server import RedisServer
+from devtools.redis_server import RedisServer
 
 pytestmark = pytest.mark.django_db  # the session fixture that ends leftover sessions needs it
 

@@ -7,7 +7,7 @@ import threading
 import time
 
 from continuity.models import Message
-from continuity.ops.chaos import Browsers, chaos_audit
+from devtools.chaos import Browsers, chaos_audit
 from tests.factories import ConversationFactory, UserFactory
 from tests.hosts.front import Front
 from tests.waiting import wait_for

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import redis
 
-from continuity.ops.processes import ChildProcess
-from continuity.ops.redis_server import RedisServer
+from devtools.processes import ChildProcess
+from devtools.redis_server import RedisServer
 from tests.hosts.network import SUBNET, Host
 from tests.hosts.topology import (
     MASTER_NAME,

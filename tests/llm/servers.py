@@ -14,8 +14,8 @@ from pathlib import Path
 
 import httpx
 
-from continuity.ops.processes import ChildProcess
-from continuity.ops.redis_server import free_port
+from devtools.processes import ChildProcess
+from devtools.redis_server import free_port
 from tests.processes import artifact
 from tests.waiting import wait_for
 

@@ -16,7 +16,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
-from continuity.ops.processes import web_argv
+from continuity.ops.web import web_argv
 
 SHARED_REDIS = "redis://127.0.0.1:6379"
 # On the machine's own Redis, which other checkouts and other Celery apps may use too, a

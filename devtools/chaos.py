@@ -25,7 +25,8 @@ from pathlib import Path
 
 from django.db.models import Count
 
-from ..models import Conversation, Message, Run
+from continuity.models import Conversation, Message, Run
+
 from .fake_model import FakeOpenAI
 from .processes import WorkerChild
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from continuity.ops.processes import WorkerChild
+from devtools.processes import WorkerChild
 
 from .plan import Plan
 from .rig import BenchError, Rig

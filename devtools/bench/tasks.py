@@ -7,7 +7,7 @@ from celery import shared_task
 
 from continuity.delivery.heartbeats import redis_client
 
-NOOP_TASK = "continuity.bench.noop"
+NOOP_TASK = "devtools.bench.noop"
 
 
 @shared_task(name=NOOP_TASK)

@@ -15,13 +15,14 @@ from urllib.parse import quote
 from django.db import connection
 
 from continuity.models import Worker
-from continuity.ops.processes import ChildProcess, WorkerChild, watchdog_argv, web_argv
-from continuity.ops.redis_server import RedisServer, free_port, redis_use
+from continuity.ops.web import web_argv
+from devtools.processes import ChildProcess, WorkerChild, watchdog_argv
+from devtools.redis_server import RedisServer, free_port, redis_use
 
 from .database import BenchDatabase
 
 T = TypeVar("T")
-TASKS_MODULE = "continuity.ops.bench.tasks"
+TASKS_MODULE = "devtools.bench.tasks"
 ZERO_THINK = {"CONTINUITY_BUILTIN_TOKEN_DELAY": "0"}
 
 

@@ -18,7 +18,8 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import InterfaceError, OperationalError, connection
 
 from continuity.models import Conversation, Message
-from continuity.ops.chaos import (
+from continuity.ops.web import web_argv
+from devtools.chaos import (
     Browsers,
     Chaos,
     ModelOutage,
@@ -28,9 +29,9 @@ from continuity.ops.chaos import (
     spread,
     wait_until,
 )
-from continuity.ops.fake_model import FakeOpenAI
-from continuity.ops.processes import ChildProcess, watchdog_argv, web_argv
-from continuity.ops.redis_server import RedisServer, free_port, redis_use
+from devtools.fake_model import FakeOpenAI
+from devtools.processes import ChildProcess, watchdog_argv
+from devtools.redis_server import RedisServer, free_port, redis_use
 
 # `--fast-clocks`: a shorter crash backoff and stall re-send than the defaults, for the suite's
 # smoke run; a run that judges the product keeps the defaults.

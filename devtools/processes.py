@@ -1,4 +1,5 @@
-"""Child processes started by the chaos command and the test suite: workers, watchdog, web."""
+"""Child processes started by the bench and chaos commands and the test suite: workers, the
+watchdog, web servers."""
 
 from __future__ import annotations
 
@@ -18,17 +19,6 @@ def worker_argv(*, node: str, concurrency: int) -> list[str]:
         "--concurrency", str(concurrency), "--hostname", node, "--without-mingle",
         "--without-gossip", "--loglevel", "INFO",
     ]  # fmt: skip
-
-
-# Twisted's default listen backlog is 50: a crowd connecting in the same instant overflows it,
-# and the connections dropped from the full queue fail as resets. The kernel caps it at somaxconn.
-WEB_LISTEN_BACKLOG = 1024
-
-
-def web_argv(*, host: str, port: int) -> list[str]:
-    """daphne serving the ASGI app (pages, htmx endpoints, websockets)."""
-    endpoint = f"tcp:port={port}:interface={host}:backlog={WEB_LISTEN_BACKLOG}"
-    return [sys.executable, "-m", "daphne", "--endpoint", endpoint, "continuity.asgi:application"]
 
 
 def watchdog_argv() -> list[str]:

@@ -8,10 +8,10 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
-from continuity.ops.bench.plan import SMOKE, Plan
-from continuity.ops.bench.report import markdown, text_table
-from continuity.ops.bench.rig import BenchError
-from continuity.ops.bench.run import SECTIONS, bench_run
+from devtools.bench.plan import SMOKE, Plan
+from devtools.bench.report import markdown, text_table
+from devtools.bench.rig import BenchError
+from devtools.bench.run import SECTIONS, bench_run
 
 DEFAULT_OUTPUT = "docs/benchmarks.md"
 SIZES = ("repetitions", "clients", "client_messages", "memory_messages")

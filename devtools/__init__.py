@@ -1,0 +1,4 @@
+"""Developer tools, kept out of the product: the benchmark harness (`manage.py bench`), the chaos
+run (`manage.py chaos`), the fake OpenAI-compatible server, private redis-servers and child
+processes. Installed by `devtools.settings` and the test settings, never by the production
+settings, and left out of the package that pyproject.toml builds."""
