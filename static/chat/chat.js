@@ -10,6 +10,9 @@
   const exchangesBox = () => document.getElementById("exchanges");
   const SESSION_ENDED = 4401; // the server closed the socket: logout, new password, deactivated
   const CONVERSATION_DELETED = 4404; // deleted, from this tab or another one
+  // Reconnecting: the backoff doubles from RECONNECT_BASE_MS up to RECONNECT_CAP_MS.
+  const RECONNECT_BASE_MS = 250;
+  const RECONNECT_CAP_MS = 10000;
   const awaitingSync = new Set();
 
   // On the chat page the exchanges scroll in their own box (app.css); elsewhere, the page does.
@@ -778,7 +781,9 @@
           signedOut();
         } else setLive("reconnecting…", false);
         failures += 1;
-        setTimeout(open, Math.min(10000, 250 * 2 ** failures));
+        // Full jitter: a random wait up to the backoff, so that the pages a restarted server
+        // dropped come back spread out, not all in the same instant.
+        setTimeout(open, Math.random() * Math.min(RECONNECT_CAP_MS, RECONNECT_BASE_MS * 2 ** failures));
       });
     }
 

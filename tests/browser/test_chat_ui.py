@@ -18,6 +18,7 @@ from tests.browser.helpers import accessibility_violations, log_in, off_the_loop
 from tests.dashboard.console import dead_letter_make
 from tests.factories import ConversationFactory, UserFactory
 from tests.processes import ARTIFACTS, WebProcess, WorkerProcess
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -347,3 +348,40 @@ def test_the_other_pages_are_accessible_in_the_dark_theme(page: Page, web):
         page.wait_for_load_state("networkidle")
         assert body_background(page) == DARK_BG, path
         assert accessibility_violations(page) == [], path
+
+
+# Each WebSocket the page opens, and the wait before each reconnect the page schedules.
+RECORD_RECONNECTS = """
+window.__sockets = [];
+window.__reconnectWaits = [];
+const PageSocket = window.WebSocket;
+window.WebSocket = class extends PageSocket {
+  constructor(...args) { super(...args); window.__sockets.push(this); }
+};
+const pageSetTimeout = window.setTimeout;
+window.setTimeout = (callback, wait, ...args) => {
+  if (callback && callback.name === "open") window.__reconnectWaits.push(wait);
+  return pageSetTimeout(callback, wait, ...args);
+};
+"""
+
+
+def test_pages_that_lose_their_socket_reconnect_after_random_waits_not_all_at_once(page: Page, web):
+    """Full jitter: each reconnect waits a random time up to the backoff (half a second after
+    one failure), so a restarted server is not met by every page in the same instant."""
+    user = UserFactory()
+    chat = ConversationFactory(owner=user)
+    log_in(page, web, user.username)
+    page.add_init_script(RECORD_RECONNECTS)
+    open_chat(page, web, chat)
+    for closed in range(1, 9):
+        page.evaluate("window.__sockets.at(-1).close()")
+        wait_for(
+            lambda n=closed: page.evaluate("window.__sockets.length") > n,
+            timeout=10,
+            what="the page to open a new socket",
+        )
+        expect(page.locator("[data-live-indicator]")).to_have_text("live")
+    waits = page.evaluate("window.__reconnectWaits")
+    assert len(waits) == 8 and all(0 <= wait <= 500 for wait in waits), waits
+    assert len(set(waits)) > 1, waits
