@@ -8,7 +8,7 @@ from pathlib import Path
 
 from django.db import connection
 
-from continuity.ops import chaos
+from devtools import chaos
 from tests.postgres import another_session
 from tests.waiting import wait_for
 
