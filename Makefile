@@ -7,7 +7,7 @@ RUNTIME := $(VENV)/.installed-runtime
 DEV := $(VENV)/.installed-dev
 LLM := $(VENV)/.installed-llm
 
-.PHONY: run test test-llm bench lint format install clean
+.PHONY: run test test-fast test-llm bench lint format install clean
 
 # `make run PORT=8001` serves on 8001; `serve` also reads PORT from the environment.
 run: $(RUNTIME)
@@ -28,22 +28,30 @@ test: $(DEV) $(AXE)
 	scripts/ensure-test-services
 	$(MAKE) lint
 	rm -rf test-artifacts
-	$(BIN)/python -m pytest $(SUITE) -n $(TEST_WORKERS) -m "not exclusive" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(SUITE) -n $(TEST_WORKERS) -m "not exclusive" --durations=25 \
+		$(PYTEST_ARGS)
 	$(BIN)/python -m pytest $(SUITE) -m exclusive $(PYTEST_ARGS)
 	DATABASE_URL=sqlite://:memory: $(BIN)/python -m pytest $(SUITE) -n $(TEST_WORKERS) \
 		-m "not postgresql" $(PYTEST_ARGS)
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) tests/browser $(PYTEST_ARGS)
 	$(BIN)/python -m pytest tests/hosts --ds tests.hosts.settings $(PYTEST_ARGS)
 
-# The openai brain against llama.cpp's server with a tiny model the tests write (README "Model
-# backends"). Its first install compiles llama.cpp: about 4 minutes on 2 cores, then kept in
-# .venv (and pip's wheel cache). CI runs it after `make test`.
+# The tests that start no process (no worker, daphne, server or command), on PostgreSQL: about a
+# minute and a half, for the edit-test loop. A test that starts one fails here: mark it `processes`.
+test-fast: $(DEV)
+	scripts/ensure-test-services
+	CONTINUITY_FAST_LANE=1 $(BIN)/python -m pytest $(SUITE) -n $(TEST_WORKERS) \
+		-m "not processes and not exclusive" $(PYTEST_ARGS)
+
+# The openai brain against llama.cpp's server with a tiny model the tests write
+# (docs/model-backends.md). Its first install compiles llama.cpp: about 4 minutes on 2 cores,
+# then kept in .venv (and pip's wheel cache). CI runs it after `make test`.
 test-llm: $(LLM)
 	scripts/ensure-test-services
 	$(BIN)/python -m pytest tests/llm $(PYTEST_ARGS)
 
-# Measures the engine and writes docs/benchmarks.md (README "Benchmarks"); not part of `make test`,
-# which makes only a smoke run of it. `make bench BENCH_ARGS="--only latency"` runs one section.
+# Measures the engine and writes docs/benchmarks.md (docs/testing.md, "Benchmarks"); not part of
+# `make test`, which makes only a smoke run of it. `make bench BENCH_ARGS="--only latency"` runs one section.
 bench: $(DEV)
 	scripts/ensure-test-services
 	DATABASE_URL=$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/continuity} \

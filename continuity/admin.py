@@ -27,7 +27,8 @@ from .context.assembly import run_context_text, summary_latest
 from .context.compaction import summary_revise
 from .context.handoffs import SECTIONS, handoff_latest, handoff_sections, handoff_write
 from .context.versions import versions_diff
-from .delivery.conversations import alert_acknowledge, conversation_resume
+from .delivery.alerts import alert_acknowledge
+from .delivery.conversations import conversations_resume
 from .delivery.dead_letters import dead_letters_discard, dead_letters_retry
 from .errors import InvalidTransition
 from .models import (
@@ -441,17 +442,6 @@ class ConversationAdmin(admin.ModelAdmin):
                                                                reason=reason),
             done="Resumed {count} {items}.",
         )  # fmt: skip
-
-
-def conversations_resume(conversations, *, by, reason: str) -> tuple[int, list[str]]:
-    done, problems = 0, []
-    for conversation in conversations:
-        try:
-            conversation_resume(conversation=conversation, by=by, reason=reason)
-            done += 1
-        except InvalidTransition as error:
-            problems.append(str(error))
-    return done, problems
 
 
 @admin.register(Message)

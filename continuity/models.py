@@ -633,7 +633,7 @@ def handoff_markdown(
     next_steps: list[str],
     decisions: list[str],
 ) -> str:
-    """A handoff as seed 000's example document."""
+    """A handoff as a document: its sections under their headings."""
     lines = [f"## Session Handoff — {written_at:%Y-%m-%dT%H:%M:%SZ}", ""]
     lines += ["### Current State", current_state.strip() or "(nothing recorded)", ""]
     lines += ["### Critical Context"]

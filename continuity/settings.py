@@ -1,4 +1,4 @@
-"""Settings for Continuity, read from the environment (see README "Configuration")."""
+"""Settings for Continuity, read from the environment (see docs/operations.md, "Configuration")."""
 
 from __future__ import annotations
 
@@ -69,7 +69,8 @@ ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", "")
 # Behind TLS, set SECURE_COOKIES=1 so session and CSRF cookies never travel in clear text.
 SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env_bool("SECURE_COOKIES", False)
-# HTTPS: off by default so that `make run` works over plain http; see README "Security".
+# HTTPS: off by default so that `make run` works over plain http; see docs/operations.md,
+# "Security".
 SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
 SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
@@ -161,7 +162,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # (continuity/database).
     DATABASES["default"]["ENGINE"] = "continuity.database"
     # Fail fast instead of hanging when the database is away or a row stays locked: callers
-    # treat these errors as an outage and retry (see README "Failures").
+    # treat these errors as an outage and retry (see docs/design.md).
     DATABASES["default"].setdefault("OPTIONS", {}).update(
         {
             "connect_timeout": env_int("DATABASE_CONNECT_TIMEOUT", 5),
@@ -221,7 +222,8 @@ AUTH_PASSWORD_VALIDATORS = [
 ]
 # Login brute force: django-axes counts failed logins (on /accounts/login/ and the admin's) per
 # username at each client address, and chat.lockout adds a much higher limit per address for
-# password spraying; either locks until the cool-off has passed with no attempt. See the README.
+# password spraying; either locks until the cool-off has passed with no attempt. See
+# docs/operations.md, "Security".
 AUTHENTICATION_BACKENDS = [
     "chat.lockout.LoginLockoutBackend",
     "django.contrib.auth.backends.ModelBackend",
@@ -375,7 +377,7 @@ CONTINUITY_PAGE_RESYNC_SECONDS = env_float("CONTINUITY_PAGE_RESYNC_SECONDS", 15)
 
 # Delivery: acks-late with rejection on worker loss, one prefetched message per process.
 # The visibility timeout must exceed the hard time limit (no countdown tasks are used): the
-# database watchdog, not the broker, drives fast recovery (see DESIGN "Pitfalls").
+# database watchdog, not the broker, drives fast recovery (docs/architecture.md).
 CELERY_BROKER_URL = REDIS_BROKER_URL
 # A redis:// broker goes through kombu's Redis transport with one client per channel
 # (continuity/delivery/broker.py). Naming a transport overrides the URL's scheme, so any other
@@ -438,7 +440,7 @@ CONTINUITY_BRAINS = {
 # The brains a person may pick for a conversation (the first is the default for new ones);
 # a conversation without a choice uses CONTINUITY_BRAIN.
 CONTINUITY_BRAIN_CHOICES = env_list("CONTINUITY_BRAIN_CHOICES", CONTINUITY_BRAIN)
-# The `openai` brain: any OpenAI-compatible /v1/chat/completions server (README "Model backends").
+# The `openai` brain: any OpenAI-compatible /v1/chat/completions server (docs/model-backends.md).
 CONTINUITY_OPENAI_BASE_URL = os.environ.get(
     "CONTINUITY_OPENAI_BASE_URL", "http://127.0.0.1:11434/v1"
 )
@@ -467,7 +469,7 @@ CONTINUITY_OPENAI_TITLE_TIMEOUT = env_float("CONTINUITY_OPENAI_TITLE_TIMEOUT", 1
 # A model server that cannot answer (refused, 5xx, 429, silent before the first token) gives
 # the attempt back and waits its own backoff, longer after each failure in a row (or what its
 # Retry-After asks); after this many in a row it is marked unavailable, staff are alerted, and
-# its conversations wait for its next try instead of trying (README "Model backends").
+# its conversations wait for its next try instead of trying (docs/model-backends.md).
 CONTINUITY_BACKEND_BACKOFF_SECONDS = [
     float(s) for s in env_list("CONTINUITY_BACKEND_BACKOFF_SECONDS", "5,10,30,60,120,300")
 ]

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -9,8 +11,8 @@ from django.conf import settings
 from django.db import connection
 
 from continuity.live.events import publisher_flush
-from tests.factories import ConversationFactory, UserFactory
-from tests.processes import WatchdogProcess, WebProcess, WorkerProcess
+from tests.helpers.factories import ConversationFactory, UserFactory
+from tests.helpers.processes import WatchdogProcess, WebProcess, WorkerProcess
 
 # Run only in a pytest process of their own, when its arguments name nothing else: the browser
 # tests (see tests/browser/conftest.py) and the multi-host tests (tests/hosts/conftest.py).
@@ -50,12 +52,30 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("fault"):
             item.add_marker(pytest.mark.postgresql(FAULT))
+            item.add_marker(pytest.mark.processes)
         elif PROCESS_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.postgresql(STARTS_PROCESSES))
+            item.add_marker(pytest.mark.processes)
         for name, why in (("postgresql", "it needs PostgreSQL"), ("exclusive", "it runs alone")):
             marker = item.get_closest_marker(name)
             if marker and not (marker.args or marker.kwargs.get("reason")):
                 raise pytest.UsageError(f"{item.nodeid}: say why {why}")
+
+
+# `make test-fast` runs what starts no process, and sets this: a test that starts one anyway
+# (subprocess, a server of its own) fails there, and is to be marked `processes`.
+FAST_LANE_ENV = "CONTINUITY_FAST_LANE"
+
+
+@pytest.fixture(autouse=True)
+def no_processes_in_the_fast_lane(request, monkeypatch):
+    if os.environ.get(FAST_LANE_ENV) and not request.node.get_closest_marker("processes"):
+        message = "this test starts a process: mark it `processes` (make test-fast leaves it out)"
+
+        def refused(*args, **kwargs):
+            raise AssertionError(message)
+
+        monkeypatch.setattr(subprocess.Popen, "__init__", refused)
 
 
 def pytest_report_header(config):

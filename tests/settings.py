@@ -3,7 +3,7 @@
 import os
 import tempfile
 
-from tests.redis_server import session_redis_url
+from tests.helpers.redis_server import session_redis_url
 
 os.environ.setdefault("SECRET_KEY", "test-suite-only")
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/continuity")
@@ -14,7 +14,7 @@ from continuity.settings import *  # noqa: E402, F403
 
 INSTALLED_APPS = [*INSTALLED_APPS, "devtools"]  # noqa: F405
 CONTINUITY_FAULT_INJECTION = True
-CONTINUITY_BRAINS = {**CONTINUITY_BRAINS, "faulty": "tests.brains.FaultyBrain"}  # noqa: F405
+CONTINUITY_BRAINS = {**CONTINUITY_BRAINS, "faulty": "tests.helpers.brains.FaultyBrain"}  # noqa: F405
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":  # noqa: F405

@@ -19,8 +19,9 @@ from django.utils import timezone
 
 from continuity.context.compaction import summary_write
 from continuity.context.handoffs import handoff_latest
+from continuity.delivery.alerts import alert_acknowledge
 from continuity.delivery.attempts import attempt_begin, attempt_end
-from continuity.delivery.conversations import alert_acknowledge, conversation_pause
+from continuity.delivery.conversations import conversation_pause
 from continuity.delivery.inbox import message_accept
 from continuity.delivery.processing import drain_conversation
 from continuity.models import (
@@ -32,8 +33,8 @@ from continuity.models import (
     Recovery,
     Worker,
 )
-from tests.dashboard.console import dead_letter_make
-from tests.factories import UserFactory
+from tests.helpers.console import dead_letter_make
+from tests.helpers.factories import UserFactory
 
 pytestmark = pytest.mark.django_db
 

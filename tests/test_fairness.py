@@ -12,10 +12,10 @@ import redis
 
 from continuity.delivery.inbox import message_accept
 from continuity.models import Message
-from tests.factories import ConversationFactory
-from tests.processes import WorkerProcess
-from tests.redis_server import session_redis_url
-from tests.waiting import wait_for
+from tests.helpers.factories import ConversationFactory
+from tests.helpers.processes import WorkerProcess
+from tests.helpers.redis_server import session_redis_url
+from tests.helpers.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 FLOOD = 200

@@ -13,8 +13,6 @@ import random
 import re
 import signal
 import time
-import uuid
-from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -24,7 +22,7 @@ from django.conf import settings
 from continuity.context.assembly import run_context_text
 from continuity.context.recoveries import recovery_sentence
 from continuity.delivery.conversations import conversation_resume
-from continuity.delivery.inbox import drains_waiting, message_accept
+from continuity.delivery.inbox import drains_waiting
 from continuity.delivery.processing import drain_conversation
 from continuity.models import (
     Alert,
@@ -36,53 +34,24 @@ from continuity.models import (
     Recovery,
     Run,
 )
-from tests.brains import HANG, KILL_ALWAYS, KILL_FIRST_ATTEMPT, SLEEP
-from tests.factories import ConversationFactory, UserFactory
-from tests.processes import WatchdogProcess, WorkerProcess, process_id
-from tests.redis_server import session_redis_server
-from tests.waiting import wait_for, wait_streaming
+from tests.helpers.brains import HANG, KILL_ALWAYS, KILL_FIRST_ATTEMPT, SLEEP
+from tests.helpers.factories import UserFactory
+from tests.helpers.messages import conversations, send
+from tests.helpers.processes import WatchdogProcess, WorkerProcess, process_id
+from tests.helpers.promise import (
+    LONG_REPLY,
+    assert_promise_kept,
+    run_states,
+    steps_by_run,
+    wait_finished,
+)
+from tests.helpers.redis_server import session_redis_server
+from tests.helpers.waiting import wait_for, wait_streaming
 
 pytestmark = [pytest.mark.fault, pytest.mark.django_db(transaction=True)]
 
-LONG_REPLY = "Hi, my name is Ada, my goal is to finish the migration, and I like tea."
 SLOW = {"CONTINUITY_BUILTIN_TOKEN_DELAY": "0.05"}  # replies take about two seconds
 FAULTY = {"CONTINUITY_BRAIN": "faulty"}
-
-
-def send(conversation: Conversation, text: str) -> Message:
-    return message_accept(conversation=conversation, text=text, client_id=uuid.uuid4())
-
-
-def conversations(count: int) -> list[Conversation]:
-    owner = UserFactory()
-    return [ConversationFactory(owner=owner) for _ in range(count)]
-
-
-def wait_finished(messages: list[Message], timeout: float = 60) -> None:
-    ids = [m.pk for m in messages]
-    wait_for(
-        lambda: not Message.objects.filter(pk__in=ids, state__in=Message.PENDING_STATES).exists(),
-        timeout=timeout,
-        what=f"messages {ids} to be done or dead",
-        every=0.1,
-    )
-
-
-def assert_promise_kept(messages: list[Message]) -> None:
-    ids = [m.pk for m in messages]
-    states = set(Message.objects.filter(pk__in=ids).values_list("state", flat=True))
-    assert states <= {"done", "dead"}, states
-    for message in Message.objects.filter(pk__in=ids, state="done"):
-        assert Message.objects.filter(reply_to=message).count() == 1
-    for message in Message.objects.filter(pk__in=ids, state="dead"):
-        assert not Message.objects.filter(reply_to=message).exists()
-    for conversation_id in {m.conversation_id for m in messages}:
-        answered = list(
-            Message.objects.filter(conversation_id=conversation_id, role="assistant")
-            .order_by("id")
-            .values_list("reply_to_id", flat=True)
-        )
-        assert all(before < after for before, after in pairwise(answered)), answered
 
 
 def drains_held(broker: redis.Redis, conversation_id: int) -> list[str]:
@@ -98,19 +67,6 @@ def drains_held(broker: redis.Redis, conversation_id: int) -> list[str]:
         if message["headers"]["task"] == "continuity.drain_conversation"
         and json.loads(base64.b64decode(message["body"]))[0] == [conversation_id]
     ]
-
-
-def run_states(message: Message) -> list[str]:
-    return list(message.runs.order_by("id").values_list("state", flat=True))
-
-
-def steps_by_run(message: Message) -> dict[str, int | str]:
-    """Which attempt stored each step's checkpoint ("retry" for the final attempt)."""
-    final = message.runs.order_by("id").last().pk
-    return {
-        step: "retry" if run_id == final else run_id
-        for step, run_id in message.checkpoints.values_list("step", "run_id")
-    }
 
 
 def test_sigkill_of_the_worker_child_mid_reply(processes):

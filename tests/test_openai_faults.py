@@ -22,16 +22,10 @@ from continuity.models import (
     Run,
 )
 from devtools.fake_model import FakeOpenAI, reply_to, worker_settings
-from tests.processes import WatchdogProcess, WorkerProcess, process_id
-from tests.test_faults import (
-    assert_promise_kept,
-    conversations,
-    run_states,
-    send,
-    steps_by_run,
-    wait_finished,
-)
-from tests.waiting import wait_for, wait_streaming
+from tests.helpers.messages import conversations, send
+from tests.helpers.processes import WatchdogProcess, WorkerProcess, process_id
+from tests.helpers.promise import assert_promise_kept, run_states, steps_by_run, wait_finished
+from tests.helpers.waiting import wait_for, wait_streaming
 
 pytestmark = [pytest.mark.fault, pytest.mark.django_db(transaction=True)]
 

@@ -22,24 +22,24 @@ from django.test import Client
 from continuity.delivery.inbox import message_accept
 from continuity.errors import DATABASE_LOST
 from continuity.models import Checkpoint, Conversation, CrashRecord, DeadLetter, Message, Run
-from tests.factories import ConversationFactory
-from tests.outages import (
+from tests.helpers.factories import ConversationFactory
+from tests.helpers.outages import (
     database_refuses_connections,
     postgres_can_restart,
     postgres_restart,
     sessions_waiting_on_a_lock_ended,
 )
-from tests.postgres import another_session
-from tests.processes import WatchdogProcess, WebProcess, WorkerProcess
-from tests.relay import RELAY_HOST, TcpRelay, black_hole
-from tests.test_faults import (
+from tests.helpers.postgres import another_session
+from tests.helpers.processes import WatchdogProcess, WebProcess, WorkerProcess
+from tests.helpers.promise import (
     LONG_REPLY,
     assert_promise_kept,
     run_states,
     steps_by_run,
     wait_finished,
 )
-from tests.waiting import lock_waiters, wait_for, wait_streaming
+from tests.helpers.relay import RELAY_HOST, TcpRelay, black_hole
+from tests.helpers.waiting import lock_waiters, wait_for, wait_streaming
 
 pytestmark = [pytest.mark.fault, pytest.mark.django_db(transaction=True)]
 

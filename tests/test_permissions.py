@@ -8,8 +8,8 @@ import pytest
 from django.urls import reverse
 
 from continuity.models import Message
-from tests.chat.test_consumers import connects, session_headers
-from tests.factories import ConversationFactory, UserFactory
+from tests.helpers.factories import ConversationFactory, UserFactory
+from tests.helpers.sockets import connects, session_headers
 
 pytestmark = pytest.mark.django_db
 

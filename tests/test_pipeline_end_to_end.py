@@ -8,8 +8,8 @@ import pytest
 from django.urls import reverse
 
 from continuity.models import Message
-from tests.factories import ConversationFactory, UserFactory
-from tests.waiting import wait_for
+from tests.helpers.factories import ConversationFactory, UserFactory
+from tests.helpers.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -1,4 +1,4 @@
-"""Hardening found by an outside probe (issue #6): login lockout, CSP, HTTPS settings, caching."""
+"""Hardening found by an outside probe: login lockout, CSP, HTTPS settings, caching."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from continuity.settings import local_secret_key
-from tests.factories import PASSWORD, ConversationFactory, UserFactory
+from tests.helpers.factories import PASSWORD, ConversationFactory, UserFactory
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 LIMIT = settings.AXES_FAILURE_LIMIT
@@ -179,6 +179,7 @@ def test_every_page_has_a_strict_csp_and_no_inline_script_or_style(client, user,
 # HTTPS settings.
 
 
+@pytest.mark.processes
 def test_check_deploy_passes_with_a_production_environment(tmp_path):
     env = {
         "PATH": os.environ["PATH"],

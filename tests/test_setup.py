@@ -12,7 +12,7 @@ import pytest
 from django.conf import settings
 
 # The suite's session fixtures expect the test database; these tests do not touch it.
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.processes]
 BASE_DIR = Path(settings.BASE_DIR)
 ENSURE = BASE_DIR / "scripts" / "ensure-test-services"
 

@@ -8,9 +8,10 @@ from django.test import Client
 from django.urls import reverse
 
 from continuity.models import Message, ReplyChunk, Run
-from tests.processes import WorkerProcess
-from tests.test_faults import LONG_REPLY, assert_promise_kept, send, wait_finished
-from tests.waiting import wait_for, wait_streaming
+from tests.helpers.messages import send
+from tests.helpers.processes import WorkerProcess
+from tests.helpers.promise import LONG_REPLY, assert_promise_kept, wait_finished
+from tests.helpers.waiting import wait_for, wait_streaming
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

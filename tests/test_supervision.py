@@ -22,10 +22,10 @@ from continuity.delivery.inbox import message_accept
 from continuity.models import Message, Worker
 from devtools.processes import ChildProcess
 from devtools.redis_server import free_port
-from tests.factories import ConversationFactory, UserFactory
-from tests.processes import artifact, process_env
-from tests.redis_server import session_redis_server
-from tests.waiting import wait_for, wait_streaming
+from tests.helpers.factories import ConversationFactory, UserFactory
+from tests.helpers.processes import artifact, process_env
+from tests.helpers.redis_server import session_redis_server
+from tests.helpers.waiting import wait_for, wait_streaming
 
 pytestmark = [pytest.mark.fault, pytest.mark.django_db(transaction=True)]
 

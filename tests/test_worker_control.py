@@ -19,10 +19,10 @@ from continuity.delivery.worker_control import (
     worker_command,
 )
 from continuity.models import CrashRecord, Handoff, StaffAction, Worker
-from tests.factories import ConversationFactory, UserFactory
-from tests.processes import WorkerProcess
-from tests.test_faults import LONG_REPLY, assert_promise_kept, run_states, wait_finished
-from tests.waiting import wait_for, wait_streaming
+from tests.helpers.factories import ConversationFactory, UserFactory
+from tests.helpers.processes import WorkerProcess
+from tests.helpers.promise import LONG_REPLY, assert_promise_kept, run_states, wait_finished
+from tests.helpers.waiting import wait_for, wait_streaming
 
 pytestmark = [pytest.mark.fault, pytest.mark.django_db(transaction=True)]
 SLOW = {"CONTINUITY_BUILTIN_TOKEN_DELAY": "0.05"}

@@ -9,12 +9,12 @@ import pytest
 
 from continuity.delivery.inbox import message_accept
 from continuity.models import CrashRecord, Message, Worker
-from tests.factories import ConversationFactory
-from tests.outages import terminate_other_connections
-from tests.postgres import another_session
-from tests.processes import WorkerProcess
-from tests.test_faults import LONG_REPLY, assert_promise_kept, run_states, wait_finished
-from tests.waiting import wait_for, wait_streaming
+from tests.helpers.factories import ConversationFactory
+from tests.helpers.outages import terminate_other_connections
+from tests.helpers.postgres import another_session
+from tests.helpers.processes import WorkerProcess
+from tests.helpers.promise import LONG_REPLY, assert_promise_kept, run_states, wait_finished
+from tests.helpers.waiting import wait_for, wait_streaming
 
 pytestmark = [pytest.mark.fault, pytest.mark.django_db(transaction=True)]
 SLOW = {"CONTINUITY_BUILTIN_TOKEN_DELAY": "0.05"}

@@ -1,5 +1,5 @@
 """A brain backed by any OpenAI-compatible `/v1/chat/completions` server: vLLM, Ollama,
-llama.cpp's server, OpenAI itself (README "Model backends").
+llama.cpp's server, OpenAI itself (docs/model-backends.md).
 
 Only `respond` and `summarize` call the model. Memory stays deterministic: `plan` extracts the
 facts the user stated with the built-in brain's rules, so what a person says about themselves

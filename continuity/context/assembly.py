@@ -1,4 +1,4 @@
-"""The startup context of a run, in seed 000's order, stored by reference.
+"""The startup context of a run, in the layered order of docs/design.md, stored by reference.
 
 identity and rules → long-term memory facts → current task state (newest handoff, last
 task-state checkpoint) → compacted summary + the turns after it → messages still waiting.

@@ -1,4 +1,5 @@
-"""Handoffs: versioned, human-readable working memory of a conversation (seed 000's format).
+"""Handoffs: versioned, human-readable working memory of a conversation (docs/design.md,
+"Handoffs").
 
 Written by the engine at the end of a turn whose task state changed, at a planned shutdown,
 after a crash, at a pause and at a compaction; by staff in the admin. Never overwritten.
@@ -300,3 +301,20 @@ def handoff_forget_line(*, conversation_id: int, section: str, line: str, author
         )
         is not None
     )
+
+
+def handoff_correct(*, conversation_id: int, text: str, author) -> Handoff:
+    """The user's correction goes into the critical context of the next run's handoff, added
+    to the newest version under the conversation's lock (a turn ending meanwhile keeps it)."""
+    line = f"Correction from the user: {' '.join(text.split())}"
+
+    def edit(sections: dict[str, str]) -> dict[str, str]:
+        sections["critical_context"] = section_text([sections["critical_context"], line])
+        return sections
+
+    return handoff_revise(
+        conversation_id=conversation_id,
+        reason=Handoff.Reason.USER_CORRECTION,
+        edit=edit,
+        author=author,
+    ) or handoff_latest(conversation_id=conversation_id)

@@ -16,7 +16,6 @@ from ..brains import RecoveryNote
 from ..errors import CONTEXT_TOO_LONG, DATABASE_LOST, MODEL_BUSY, MODEL_UNAVAILABLE
 from ..live.events import publish_message_changed
 from ..models import Alert, Handoff, Message, Recovery, Run, RunContext
-from .handoffs import handoff_latest, handoff_revise, section_text
 
 # What happened, as accurately as the engine knows it.
 WHAT_HAPPENED = {
@@ -193,23 +192,6 @@ def recovery_sentence(recovery: Recovery) -> str:
         f"I was interrupted at {clock(words.interrupted_at)} ({words.what}) and picked up "
         f"{words.after} later{restored}."
     )
-
-
-def handoff_correct(*, conversation_id: int, text: str, author) -> Handoff:
-    """The user's correction goes into the critical context of the next run's handoff, added
-    to the newest version under the conversation's lock (a turn ending meanwhile keeps it)."""
-    line = f"Correction from the user: {' '.join(text.split())}"
-
-    def edit(sections: dict[str, str]) -> dict[str, str]:
-        sections["critical_context"] = section_text([sections["critical_context"], line])
-        return sections
-
-    return handoff_revise(
-        conversation_id=conversation_id,
-        reason=Handoff.Reason.USER_CORRECTION,
-        edit=edit,
-        author=author,
-    ) or handoff_latest(conversation_id=conversation_id)
 
 
 def clock(moment) -> str:

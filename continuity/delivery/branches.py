@@ -1,4 +1,4 @@
-"""Versions and branches (seed 003, "branching"): editing a sent message or regenerating the last
+"""Versions and branches: editing a sent message or regenerating the last
 reply asks again from that point as a new version, on a new branch; the old branch is kept and
 can be shown again.
 

@@ -86,6 +86,19 @@ def conversation_resume(*, conversation: Conversation, by, reason: str) -> None:
     )
 
 
+def conversations_resume(conversations, *, by, reason: str) -> tuple[int, list[str]]:
+    """Resume each of these conversations (staff's bulk action): how many were, and why the
+    others were not."""
+    done, problems = 0, []
+    for conversation in conversations:
+        try:
+            conversation_resume(conversation=conversation, by=by, reason=reason)
+            done += 1
+        except InvalidTransition as error:
+            problems.append(str(error))
+    return done, problems
+
+
 @transaction.atomic
 def conversation_retry_now(*, conversation: Conversation, by=None, reason: str = "") -> None:
     """End the backoff of an active conversation now, at its owner's request or, with `by`,
@@ -111,22 +124,6 @@ def conversation_retry_now(*, conversation: Conversation, by=None, reason: str =
         )
     conversation_enqueue(conversation_id=conversation.pk)
     transaction.on_commit(lambda: publish_conversation_changed(conversation_id=conversation.pk))
-
-
-@transaction.atomic
-def alert_acknowledge(*, alert: Alert, by, reason: str = "") -> None:
-    """Mark an alert as seen by someone; the conversation itself is left as it is."""
-    if not Alert.objects.filter(pk=alert.pk, acknowledged_at=None).update(
-        acknowledged_at=timezone.now(), acknowledged_by=by
-    ):
-        raise InvalidTransition(f"Alert {alert.pk} was already acknowledged.")
-    staff_action_record(
-        kind=StaffAction.Kind.ACKNOWLEDGE,
-        by=by,
-        reason=reason,
-        alert=alert,
-        conversation_id=alert.conversation_id,
-    )
 
 
 def conversation_rename(*, conversation: Conversation, title: str) -> None:

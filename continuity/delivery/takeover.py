@@ -1,5 +1,5 @@
 """A person from support takes a conversation over from the agent, answers in its thread, and
-hands it back with a note (seed 003, "handing to humans").
+hands it back with a note (docs/staff-console.md).
 
 While a conversation is taken over its state is not active, and every path that begins an
 attempt (a drain, the watchdog's re-enqueue, a worker's start-up scan) begins one only on an

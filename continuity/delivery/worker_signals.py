@@ -22,7 +22,7 @@ from ..live.events import publisher_flush
 from .backends import backends_check
 from .heartbeats import WorkerHeartbeat
 from .inbox import drain_received
-from .recovery import runs_interrupt, worker_start_scan
+from .watchdog import runs_interrupt, worker_start_scan
 from .worker_control import continuity_shutdown  # noqa: F401  (registers the control command)
 from .workers import incarnation_begin, worker_announce, worker_stopped, worker_stopping_mark
 

@@ -1,4 +1,4 @@
-"""`manage.py bench`: the engine measured with real workers, Redis and PostgreSQL (issue #11).
+"""`manage.py bench`: the engine measured with real workers, Redis and PostgreSQL.
 
 One module per section (baseline, throughput, latency, growth, recovery, streaming, memory),
 on top of `rig` (the run's own database, Redis and processes), `counting` (statements,

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Plan:
-    """The sizes issue #11 names. The full run took 8 minutes on this project's 2-core machine
+    """The sizes the targets name. The full run took 8 minutes on this project's 2-core machine
     (docs/benchmarks.md says how long its run took); on a slower day, `--client-messages 1`
     and `--memory-messages 500` shorten the two longest sections."""
 

@@ -7,9 +7,9 @@ from dataclasses import asdict, dataclass
 
 from .plan import Plan
 from .stats import Figure, Section
-from .targets import ISSUE_BASELINE, Verdict, met_shown, verdicts
+from .targets import TARGETS_BASELINE, Verdict, met_shown, verdicts
 
-# Issue #11's numbering.
+# The sections in report order.
 NUMBERS = {
     key: n
     for n, key in enumerate(
@@ -78,7 +78,7 @@ def text_table(report: Report) -> str:
         rows += [
             (f"  {f.name}", shown(f.value, f.unit), f.unit, reps_shown(f)) for f in section.figures
         ]
-    targets = [("Target (issue #11)", "This run", "Met")]
+    targets = [("Target", "This run", "Met")]
     targets += [(v.wording, v.measured or "—", met_shown(v)) for v in run_verdicts(report)]
     return "\n".join([*columns(rows), "", *columns(targets)])
 
@@ -87,8 +87,8 @@ def markdown(report: Report) -> str:
     parts = [
         "# Benchmarks",
         "",
-        'Written by `make bench` (`python manage.py bench`; see README, "Benchmarks"). Every '
-        "figure is the median of its repetitions, which are listed beside it; latencies give "
+        'Written by `make bench` (`python manage.py bench`; see docs/testing.md, "Benchmarks"). '
+        "Every figure is the median of its repetitions, which are listed beside it; latencies give "
         "the p50 and p99 of each repetition's samples. Real processes throughout: Celery "
         "workers, daphne, the watchdog, a private redis-server and PostgreSQL, on one machine.",
         "",
@@ -112,14 +112,14 @@ def markdown(report: Report) -> str:
 def targets_table(report: Report) -> list[str]:
     rows = [f"| {v.wording} | {v.measured or '—'} | {met_shown(v)} |" for v in run_verdicts(report)]
     return [
-        "## Targets of issue #11",
+        "## Targets",
         "",
         "| Target | This run | Met |",
         "| --- | ---: | --- |",
         *rows,
         "",
-        "The absolute targets (messages/s, ms) were set on the machine the issue was measured "
-        f"on, whose no-op baseline (section 1) ran {ISSUE_BASELINE}.",
+        "The absolute targets (messages/s, ms) were set on the machine they were first "
+        f"measured on, whose no-op baseline (section 1) ran {TARGETS_BASELINE}.",
     ]
 
 

@@ -23,7 +23,7 @@ from .stats import Section
 from .streaming import streaming_run
 from .throughput import throughput_run
 
-# Report order (issue #11's numbering).
+# Report order (the sections' numbering).
 SECTIONS = ("baseline", "throughput", "latency", "growth", "recovery", "streaming", "memory")
 # Run order: latency counts in-process before any worker starts; recovery kills its workers
 # last; the baseline runs before throughput, which reports its ratio to it.

@@ -1,8 +1,8 @@
-"""Issue #11's targets, each beside this run's figure and whether the run met it.
+"""The benchmark's targets, each beside this run's figure and whether the run met it.
 
-The targets name the issue's sizes (100,000 prior messages, 200 clients × 10 messages, a full
+The targets name their sizes (100,000 prior messages, 200 clients × 10 messages, a full
 run): a run at other sizes shows its figures unjudged. The absolute ones (messages/s, ms) were
-set on the machine the issue was measured on, whose no-op Celery baseline is given beside them,
+set on the machine they were first measured on, whose no-op Celery baseline is given beside them,
 so that a reader can tell a slower machine from a slower engine."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from .stats import Figure, Section
 
-# The machine the issue's figures came from: its no-op baseline (section 1).
-ISSUE_BASELINE = "848 tasks/s, round trip p50 1.6 ms"
+# The machine the targets were set on: its no-op baseline (section 1).
+TARGETS_BASELINE = "848 tasks/s, round trip p50 1.6 ms"
 FULL_RUN_MINUTES = 10
 
 
@@ -75,7 +75,7 @@ TARGETS = (
 class Verdict:
     wording: str
     measured: str  # empty when this run did not measure it
-    met: bool | None  # None: not judged (not measured, or not at the issue's sizes)
+    met: bool | None  # None: not judged (not measured, or not at the targets' sizes)
 
 
 def figure_of(target: Target, sections: dict[str, Section]) -> Figure | None:
@@ -93,8 +93,8 @@ def verdicts(
     sections: list[Section], *, seconds: float, issue_sizes: bool, full: bool, shown
 ) -> list[Verdict]:
     """`shown(value, unit)` formats a figure as the report does. `issue_sizes`: the run used
-    the issue's sizes, so its figures are judged; `full`: every section ran too, so the run's
-    duration is the one the issue bounds."""
+    the targets' sizes, so its figures are judged; `full`: every section ran too, so the run's
+    duration is the one the targets bound."""
     by_key = {section.key: section for section in sections}
     found = []
     for target in TARGETS:
@@ -120,5 +120,5 @@ def met_shown(verdict: Verdict) -> str:
     if not verdict.measured:
         return "not measured"
     if verdict.met is None:
-        return "not judged: other sizes than the issue's"
+        return "not judged: other sizes than the targets'"
     return "yes" if verdict.met else "no"

@@ -637,7 +637,7 @@
       socket.send(JSON.stringify({ type: "sync", after: syncedUpTo, pending }));
     }
 
-    // Live updates are at-most-once (a stalled Redis drops them, see the README): while an
+    // Live updates are at-most-once (a stalled Redis drops them, see docs/live-protocol.md): while an
     // exchange is queued or being answered the page asks for it again, at a random moment
     // within resyncMs each time (full jitter: pages that lost the same updates do not all ask
     // at once), and when the slow hint appears.

@@ -1,9 +1,9 @@
 """Browser tests run in a pytest process of their own (`pytest tests/browser`; `make test` runs
 it after the rest), because of what Playwright's sync API leaves behind: an event loop on the
 main thread. In that process the ORM calls between page actions need DJANGO_ALLOW_ASYNC_UNSAFE,
-and async_to_sync no longer works on the main thread (`helpers.off_the_loop` runs code
+and async_to_sync no longer works on the main thread (`tests.helpers.browser.off_the_loop` runs code
 elsewhere). The other tests, and every daphne, worker and watchdog
-(`tests.processes.process_env`), run without the flag, as production does.
+(`tests.helpers.processes.process_env`), run without the flag, as production does.
 """
 
 from __future__ import annotations

@@ -12,10 +12,10 @@ from continuity.context.handoffs import handoff_write
 from continuity.delivery.dead_letters import dead_letter_retry
 from continuity.delivery.inbox import message_accept
 from continuity.models import Alert, Conversation, CrashRecord, Handoff, Message, Run
-from tests.browser.helpers import accessibility_violations, log_in
-from tests.dashboard.console import dead_letter_make
-from tests.factories import ConversationFactory, UserFactory
-from tests.processes import WebProcess
+from tests.helpers.browser import accessibility_violations, log_in
+from tests.helpers.console import dead_letter_make
+from tests.helpers.factories import ConversationFactory, UserFactory
+from tests.helpers.processes import WebProcess
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

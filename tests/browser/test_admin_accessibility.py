@@ -13,10 +13,10 @@ from continuity.context.handoffs import handoff_write
 from continuity.delivery.inbox import message_accept
 from continuity.delivery.processing import drain_conversation
 from continuity.models import DeadLetter, Handoff, Message, Run, Summary
-from tests.browser.helpers import accessibility_violations, off_the_loop
-from tests.dashboard.console import dead_letter_make
-from tests.factories import PASSWORD, ConversationFactory, UserFactory
-from tests.processes import WebProcess
+from tests.helpers.browser import accessibility_violations, off_the_loop
+from tests.helpers.console import dead_letter_make
+from tests.helpers.factories import PASSWORD, ConversationFactory, UserFactory
+from tests.helpers.processes import WebProcess
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -10,10 +10,10 @@ from playwright.sync_api import Page, expect
 
 from continuity.delivery.inbox import message_accept
 from continuity.models import Handoff, Message
-from tests.browser.helpers import off_the_loop
-from tests.factories import PASSWORD, ConversationFactory, UserFactory
-from tests.processes import ARTIFACTS, WebProcess, WorkerProcess
-from tests.waiting import wait_for
+from tests.helpers.browser import off_the_loop
+from tests.helpers.factories import PASSWORD, ConversationFactory, UserFactory
+from tests.helpers.processes import ARTIFACTS, WebProcess, WorkerProcess
+from tests.helpers.waiting import wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

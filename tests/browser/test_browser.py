@@ -14,10 +14,16 @@ from continuity.brains import Context
 from continuity.context.assembly import context_text, run_context_load
 from continuity.context.recoveries import restored_of
 from continuity.models import Message, RunContext
-from tests.browser.helpers import log_in
-from tests.factories import PASSWORD, ConversationFactory, UserFactory
-from tests.processes import ARTIFACTS, WatchdogProcess, WebProcess, WorkerProcess, process_id
-from tests.waiting import wait_for, wait_streaming
+from tests.helpers.browser import log_in
+from tests.helpers.factories import PASSWORD, ConversationFactory, UserFactory
+from tests.helpers.processes import (
+    ARTIFACTS,
+    WatchdogProcess,
+    WebProcess,
+    WorkerProcess,
+    process_id,
+)
+from tests.helpers.waiting import wait_for, wait_streaming
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -7,8 +7,8 @@ import re
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.factories import PASSWORD, ConversationFactory, UserFactory
-from tests.processes import WebProcess
+from tests.helpers.factories import PASSWORD, ConversationFactory, UserFactory
+from tests.helpers.processes import WebProcess
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -14,11 +14,11 @@ from continuity.delivery.attempts import attempt_begin
 from continuity.delivery.inbox import message_accept
 from continuity.live.events import publish_reply_chunk
 from continuity.models import Conversation, Message
-from tests.browser.helpers import accessibility_violations, log_in, off_the_loop
-from tests.dashboard.console import dead_letter_make
-from tests.factories import ConversationFactory, UserFactory
-from tests.processes import ARTIFACTS, WebProcess, WorkerProcess
-from tests.waiting import wait_for
+from tests.helpers.browser import accessibility_violations, log_in, off_the_loop
+from tests.helpers.console import dead_letter_make
+from tests.helpers.factories import ConversationFactory, UserFactory
+from tests.helpers.processes import ARTIFACTS, WebProcess, WorkerProcess
+from tests.helpers.waiting import wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -12,10 +12,10 @@ from playwright.sync_api import Page, expect
 
 from continuity.delivery.attempts import attempt_begin
 from continuity.models import Conversation, Run
-from tests.browser.helpers import log_in
-from tests.factories import ConversationFactory, MessageFactory, UserFactory
-from tests.processes import ARTIFACTS, WebProcess
-from tests.waiting import wait_for
+from tests.helpers.browser import log_in
+from tests.helpers.factories import ConversationFactory, MessageFactory, UserFactory
+from tests.helpers.processes import ARTIFACTS, WebProcess
+from tests.helpers.waiting import wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

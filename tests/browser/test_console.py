@@ -13,11 +13,11 @@ from playwright.sync_api import Browser, Page, expect
 
 from continuity.delivery.inbox import message_accept
 from continuity.models import Conversation, DeadLetter, HistoryBucket, Message, Run, StaffAction
-from tests.brains import KILL_TWICE
-from tests.browser.helpers import accessibility_violations, log_in
-from tests.factories import ConversationFactory, UserFactory
-from tests.processes import ARTIFACTS, WatchdogProcess, WebProcess, WorkerProcess
-from tests.waiting import wait_for
+from tests.helpers.brains import KILL_TWICE
+from tests.helpers.browser import accessibility_violations, log_in
+from tests.helpers.factories import ConversationFactory, UserFactory
+from tests.helpers.processes import ARTIFACTS, WatchdogProcess, WebProcess, WorkerProcess
+from tests.helpers.waiting import wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

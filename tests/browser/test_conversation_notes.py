@@ -11,10 +11,10 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from continuity.models import Handoff, Message
-from tests.browser.helpers import accessibility_violations, log_in
-from tests.factories import PASSWORD, ConversationFactory, UserFactory
-from tests.processes import WebProcess, WorkerProcess
-from tests.waiting import wait_for
+from tests.helpers.browser import accessibility_violations, log_in
+from tests.helpers.factories import PASSWORD, ConversationFactory, UserFactory
+from tests.helpers.processes import WebProcess, WorkerProcess
+from tests.helpers.waiting import wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

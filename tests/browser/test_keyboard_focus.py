@@ -10,11 +10,11 @@ from playwright.sync_api import Page, expect
 
 from continuity.models import Message, Run
 from devtools.fake_model import FakeOpenAI, worker_settings
-from tests.browser.helpers import log_in
-from tests.dashboard.console import dead_letter_make
-from tests.factories import ConversationFactory, UserFactory
-from tests.processes import WebProcess, WorkerProcess
-from tests.waiting import wait_for
+from tests.helpers.browser import log_in
+from tests.helpers.console import dead_letter_make
+from tests.helpers.factories import ConversationFactory, UserFactory
+from tests.helpers.processes import WebProcess, WorkerProcess
+from tests.helpers.waiting import wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

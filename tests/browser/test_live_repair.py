@@ -18,11 +18,11 @@ from continuity.delivery.inbox import message_accept
 from continuity.delivery.processing import chunk_store
 from continuity.live.events import publish_reply_chunk, publisher, publisher_close
 from continuity.models import ReplyChunk
-from tests.browser.helpers import log_in, off_the_loop
-from tests.factories import ConversationFactory, UserFactory
-from tests.processes import WebProcess
-from tests.redis_server import session_redis_stalled
-from tests.waiting import wait_for
+from tests.helpers.browser import log_in, off_the_loop
+from tests.helpers.factories import ConversationFactory, UserFactory
+from tests.helpers.processes import WebProcess
+from tests.helpers.redis_server import session_redis_stalled
+from tests.helpers.waiting import wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -10,10 +10,10 @@ from playwright.sync_api import Page, expect
 
 from continuity.delivery.conversations import conversation_pause, conversation_resume
 from continuity.models import Conversation
-from tests.browser.helpers import log_in, off_the_loop
-from tests.factories import UserFactory
-from tests.processes import WebProcess, WorkerProcess
-from tests.waiting import wait_for
+from tests.helpers.browser import log_in, off_the_loop
+from tests.helpers.factories import UserFactory
+from tests.helpers.processes import WebProcess, WorkerProcess
+from tests.helpers.waiting import wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

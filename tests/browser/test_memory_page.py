@@ -6,9 +6,9 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from continuity.models import MemoryFact
-from tests.browser.helpers import log_in
-from tests.factories import ConversationFactory, MessageFactory, UserFactory
-from tests.processes import ARTIFACTS, WebProcess
+from tests.helpers.browser import log_in
+from tests.helpers.factories import ConversationFactory, MessageFactory, UserFactory
+from tests.helpers.processes import ARTIFACTS, WebProcess
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

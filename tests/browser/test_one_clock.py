@@ -11,10 +11,10 @@ from playwright.sync_api import Browser, expect
 
 from continuity.context.memory import memory_remember
 from continuity.models import DeadLetter, Message
-from tests.browser.helpers import log_in
-from tests.dashboard.console import dead_letter_make
-from tests.factories import ConversationFactory, MessageFactory, UserFactory
-from tests.processes import WebProcess
+from tests.helpers.browser import log_in
+from tests.helpers.console import dead_letter_make
+from tests.helpers.factories import ConversationFactory, MessageFactory, UserFactory
+from tests.helpers.processes import WebProcess
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -7,9 +7,9 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from devtools.fake_model import FakeOpenAI, reply_to, worker_settings
-from tests.browser.helpers import log_in
-from tests.factories import ConversationFactory, UserFactory
-from tests.processes import ARTIFACTS, WebProcess, WorkerProcess
+from tests.helpers.browser import log_in
+from tests.helpers.factories import ConversationFactory, UserFactory
+from tests.helpers.processes import ARTIFACTS, WebProcess, WorkerProcess
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -6,11 +6,11 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from continuity.models import Message
-from tests.browser.helpers import log_in
-from tests.factories import ConversationFactory, UserFactory
-from tests.outages import database_refuses_connections
-from tests.processes import WebProcess
-from tests.waiting import wait_for
+from tests.helpers.browser import log_in
+from tests.helpers.factories import ConversationFactory, UserFactory
+from tests.helpers.outages import database_refuses_connections
+from tests.helpers.processes import WebProcess
+from tests.helpers.waiting import wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

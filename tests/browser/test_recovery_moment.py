@@ -12,11 +12,17 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from continuity.models import Message
-from tests.brains import KILL_ALWAYS
-from tests.browser.helpers import log_in
-from tests.factories import ConversationFactory, UserFactory
-from tests.processes import ARTIFACTS, WatchdogProcess, WebProcess, WorkerProcess, process_id
-from tests.waiting import wait_for, wait_streaming
+from tests.helpers.brains import KILL_ALWAYS
+from tests.helpers.browser import log_in, send_from_page
+from tests.helpers.factories import ConversationFactory, UserFactory
+from tests.helpers.processes import (
+    ARTIFACTS,
+    WatchdogProcess,
+    WebProcess,
+    WorkerProcess,
+    process_id,
+)
+from tests.helpers.waiting import wait_for, wait_streaming
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -52,18 +58,13 @@ def open_chat(page: Page, web, conversation) -> None:
     expect(page.locator("[data-live-indicator]")).to_have_text("live")
 
 
-def send(page: Page, text: str) -> None:
-    page.get_by_label("Message").fill(text)
-    page.get_by_role("button", name="Send").click()
-
-
 def test_a_sigkill_mid_reply_keeps_the_partial_reply_and_shows_one_status(page: Page, processes):
     worker = processes.add(WorkerProcess(**WATCHABLE))
     processes.add(WatchdogProcess(**WATCHABLE))
     web = processes.add(WebProcess())
     conversation = ConversationFactory(owner=UserFactory())
     open_chat(page, web, conversation)
-    send(page, LONG_QUESTION)
+    send_from_page(page, LONG_QUESTION)
     message = wait_for(
         lambda: Message.objects.filter(conversation=conversation).first(), timeout=10, what="it"
     )
@@ -124,7 +125,7 @@ def test_a_planned_restart_keeps_the_partial_reply_and_says_it_picks_up_again(
     web = processes.add(WebProcess())
     conversation = ConversationFactory(owner=UserFactory())
     open_chat(page, web, conversation)
-    send(page, LONG_QUESTION)
+    send_from_page(page, LONG_QUESTION)
     message = wait_for(
         lambda: Message.objects.filter(conversation=conversation).first(), timeout=10, what="it"
     )
@@ -156,7 +157,7 @@ def test_a_message_that_keeps_killing_the_worker_shows_one_outcome(page: Page, p
     web = processes.add(WebProcess())
     conversation = ConversationFactory(owner=UserFactory())
     open_chat(page, web, conversation)
-    send(page, f"{KILL_ALWAYS} Hi, my name is Ada and I like tea.")
+    send_from_page(page, f"{KILL_ALWAYS} Hi, my name is Ada and I like tea.")
     message = wait_for(
         lambda: Message.objects.filter(conversation=conversation).first(), timeout=10, what="it"
     )

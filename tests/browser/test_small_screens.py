@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import Browser, expect
 
-from tests.browser.helpers import accessibility_violations, log_in
-from tests.continuity.test_branches import answered
-from tests.factories import ConversationFactory, UserFactory
-from tests.processes import ARTIFACTS, WebProcess
+from tests.helpers.browser import accessibility_violations, log_in
+from tests.helpers.factories import ConversationFactory, UserFactory
+from tests.helpers.messages import answered
+from tests.helpers.processes import ARTIFACTS, WebProcess
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

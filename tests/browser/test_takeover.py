@@ -10,10 +10,10 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from continuity.models import Conversation, Message, Run, StaffAction
-from tests.browser.helpers import accessibility_violations, log_in
-from tests.factories import UserFactory
-from tests.processes import ARTIFACTS, WatchdogProcess, WebProcess, WorkerProcess
-from tests.waiting import wait_for
+from tests.helpers.browser import accessibility_violations, log_in, send_from_page
+from tests.helpers.factories import UserFactory
+from tests.helpers.processes import ARTIFACTS, WatchdogProcess, WebProcess, WorkerProcess
+from tests.helpers.waiting import wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 SLOW = {"CONTINUITY_BUILTIN_TOKEN_DELAY": "0.1"}
@@ -24,11 +24,6 @@ def page_of(browser: Browser, site: WebProcess, username: str, **user) -> Page:
     page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
     log_in(page, site, username)
     return page
-
-
-def send(page: Page, text: str) -> None:
-    page.get_by_label("Message").fill(text)
-    page.get_by_role("button", name="Send").click()
 
 
 def accessible_everywhere(page: Page, name: str) -> None:
@@ -48,7 +43,7 @@ def test_support_takes_over_mid_reply_talks_with_the_person_and_hands_back(brows
     user = page_of(browser, site, "ann")
     staff = page_of(browser, site, "opal", first_name="Opal", is_staff=True)
 
-    send(user, "Hi, my name is Ada, my goal is to finish the migration, and I like tea.")
+    send_from_page(user, "Hi, my name is Ada, my goal is to finish the migration, and I like tea.")
     expect(user.locator("[data-streaming] .streamed")).not_to_be_empty(timeout=20_000)
     chat = Conversation.objects.get(owner__username="ann")
 
@@ -63,7 +58,7 @@ def test_support_takes_over_mid_reply_talks_with_the_person_and_hands_back(brows
     expect(user.locator("[data-streaming]")).to_have_count(0)
 
     # A worker killed during the takeover, and its replacement: the agent answers nothing.
-    send(user, "Can a person help me with my order?")
+    send_from_page(user, "Can a person help me with my order?")
     asked = wait_for(
         lambda: Message.objects.filter(text__startswith="Can a person").first(),
         timeout=10,
@@ -83,7 +78,7 @@ def test_support_takes_over_mid_reply_talks_with_the_person_and_hands_back(brows
     expect(reply).to_contain_text("Hi Ann, I'm Opal. Your order had two items.")
     assert Message.objects.get(reply_to=asked).role == "staff"  # not the agent's
 
-    send(user, "Please make it three items")
+    send_from_page(user, "Please make it three items")
     expect(thread).to_contain_text("Please make it three items", timeout=15_000)
     staff.get_by_label("Your reply").fill("Done: order 123 now has three items.")
     staff.get_by_role("button", name="Send as support").click()
@@ -98,7 +93,7 @@ def test_support_takes_over_mid_reply_talks_with_the_person_and_hands_back(brows
     expect(user.locator("[data-assistant-back]")).to_contain_text(
         "The assistant is back", timeout=15_000
     )
-    send(user, "where were we?")
+    send_from_page(user, "where were we?")
     recap = wait_for(
         lambda: Message.objects.filter(text="where were we?").first(), timeout=10, what="it"
     )

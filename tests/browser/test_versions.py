@@ -12,11 +12,11 @@ from playwright.sync_api import Page, expect
 from continuity.delivery.branches import version_show
 from continuity.models import Message, Run, RunContext
 from devtools.fake_model import FakeOpenAI, worker_settings
-from tests.browser.helpers import accessibility_violations, log_in, off_the_loop
-from tests.continuity.test_branches import answered
-from tests.factories import ConversationFactory, UserFactory
-from tests.processes import ARTIFACTS, WebProcess, WorkerProcess
-from tests.waiting import wait_for
+from tests.helpers.browser import accessibility_violations, log_in, off_the_loop
+from tests.helpers.factories import ConversationFactory, UserFactory
+from tests.helpers.messages import answered
+from tests.helpers.processes import ARTIFACTS, WebProcess, WorkerProcess
+from tests.helpers.waiting import wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -8,7 +8,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.urls import reverse
 
-from tests.factories import PASSWORD, UserFactory
+from tests.helpers.factories import PASSWORD, UserFactory
 
 pytestmark = pytest.mark.django_db
 

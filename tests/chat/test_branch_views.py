@@ -12,9 +12,9 @@ from django.urls import reverse
 
 from continuity.delivery.branches import message_edit
 from continuity.models import Message
-from tests.chat.test_consumers import communicator, session_headers
-from tests.continuity.test_branches import answer, answered
-from tests.factories import ConversationFactory, MessageFactory, UserFactory
+from tests.helpers.factories import ConversationFactory, MessageFactory, UserFactory
+from tests.helpers.messages import answered, store_reply
+from tests.helpers.sockets import communicator, session_headers
 
 pytestmark = pytest.mark.django_db
 
@@ -188,7 +188,7 @@ def test_open_pages_are_told_which_exchanges_to_hide_and_show(chat):
 
 @pytest.mark.django_db(transaction=True)
 def test_a_sync_reports_how_often_the_branch_changed(chat):
-    answer(message_edit(message=last_question(chat), text="2", client_id=uuid.uuid4()), "ok")
+    store_reply(message_edit(message=last_question(chat), text="2", client_id=uuid.uuid4()), "ok")
     headers = session_headers(chat.owner)
 
     async def scenario():

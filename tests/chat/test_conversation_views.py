@@ -13,7 +13,7 @@ from django.urls import reverse
 
 from continuity.delivery.inbox import message_accept
 from continuity.models import Conversation, Message
-from tests.factories import ConversationFactory, UserFactory
+from tests.helpers.factories import ConversationFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
 

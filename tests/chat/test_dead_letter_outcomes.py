@@ -6,8 +6,8 @@ import pytest
 from django.urls import reverse
 
 from continuity.delivery.dead_letters import dead_letter_discard, dead_letter_retry
-from tests.dashboard.console import dead_letter_make
-from tests.factories import UserFactory
+from tests.helpers.console import dead_letter_make
+from tests.helpers.factories import UserFactory
 
 pytestmark = pytest.mark.django_db
 

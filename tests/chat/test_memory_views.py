@@ -12,7 +12,7 @@ from django.urls import reverse
 from continuity.delivery.inbox import message_accept
 from continuity.delivery.processing import drain_conversation
 from continuity.models import MemoryFact, Message
-from tests.factories import ConversationFactory, MessageFactory, UserFactory
+from tests.helpers.factories import ConversationFactory, MessageFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
 

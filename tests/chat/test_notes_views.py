@@ -8,7 +8,7 @@ from django.urls import reverse
 
 from continuity.context.handoffs import handoff_latest, handoff_write
 from continuity.models import Handoff
-from tests.factories import ConversationFactory, UserFactory
+from tests.helpers.factories import ConversationFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
 

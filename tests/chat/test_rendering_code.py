@@ -10,8 +10,8 @@ from django.urls import reverse
 
 from chat.rendering import markdown_to_safe_html
 from continuity.models import Message
-from tests.chat.test_rendering import active_content
-from tests.factories import MessageFactory
+from tests.helpers.factories import MessageFactory
+from tests.helpers.rendering import active_content
 
 PYTHON = '```python\nimport os\n\ndef greet(name):\n    return f"<b>{name}</b>"  # hi\n```\n'
 

@@ -10,8 +10,8 @@ from django.test import Client
 from django.urls import reverse
 
 from continuity.models import Conversation, Message
-from tests.factories import ConversationFactory, MessageFactory
-from tests.waiting import lock_waiters, wait_for
+from tests.helpers.factories import ConversationFactory, MessageFactory
+from tests.helpers.waiting import lock_waiters, wait_for
 
 pytestmark = pytest.mark.django_db
 
@@ -134,7 +134,7 @@ def test_signup_logs_the_new_user_in(client):
 
 
 def test_login_and_logout(client, user):
-    from tests.factories import PASSWORD
+    from tests.helpers.factories import PASSWORD
 
     response = client.post(reverse("login"), {"username": user.username, "password": PASSWORD})
     assert response.status_code == 302

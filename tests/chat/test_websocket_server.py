@@ -14,7 +14,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
 from continuity.delivery.inbox import message_accept
-from tests.factories import ConversationFactory, UserFactory
+from tests.helpers.factories import ConversationFactory, UserFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -110,7 +110,7 @@ def test_the_web_process_pools_its_database_connections(processes):
     from concurrent.futures import ThreadPoolExecutor
 
     import continuity.asgi  # noqa: F401  (what daphne imports)
-    from tests.processes import WebProcess
+    from tests.helpers.processes import WebProcess
 
     assert "DATABASE_POOL_SIZE" not in os.environ
     # Its sessions carry a name of their own (libpq reads PGAPPNAME): the count below must not

@@ -4,7 +4,6 @@ through the services, confirmed and audited."""
 from __future__ import annotations
 
 import re
-import uuid
 
 import pytest
 from django.contrib import admin
@@ -12,9 +11,9 @@ from django.contrib.auth.models import Permission
 from django.urls import reverse
 
 from continuity.context.handoffs import handoff_write
+from continuity.delivery.alerts import alert_acknowledge
 from continuity.delivery.attempts import attempt_begin, attempt_end
-from continuity.delivery.conversations import alert_acknowledge, conversation_pause
-from continuity.delivery.inbox import message_accept
+from continuity.delivery.conversations import conversation_pause
 from continuity.delivery.processing import drain_conversation
 from continuity.models import (
     Alert,
@@ -29,15 +28,12 @@ from continuity.models import (
     RunContext,
     StaffAction,
 )
-from tests.factories import ConversationFactory, MessageFactory, UserFactory
+from tests.helpers.factories import ConversationFactory, MessageFactory, UserFactory
+from tests.helpers.messages import send
 
 pytestmark = pytest.mark.django_db
 
 HISTORY = [Run, Checkpoint, ReplyChunk, CrashRecord, RunContext, Recovery, StaffAction]
-
-
-def send(conversation, text: str) -> Message:
-    return message_accept(conversation=conversation, text=text, client_id=uuid.uuid4())
 
 
 def url(model, view: str, *args) -> str:

@@ -13,8 +13,8 @@ from continuity.delivery.alerts import alert_mail, alerts_flush
 from continuity.delivery.attempts import attempt_begin
 from continuity.delivery.inbox import message_accept
 from continuity.models import Alert, Conversation, DeadLetter, Run
-from tests.processes import WatchdogProcess
-from tests.waiting import wait_for
+from tests.helpers.processes import WatchdogProcess
+from tests.helpers.waiting import wait_for
 
 
 @pytest.fixture

@@ -1,8 +1,7 @@
-"""Startup context assembly: seed 000's order, stored per run by reference, rendered as given."""
+"""Startup context assembly: the layered order of docs/design.md, stored per run by reference,
+rendered as given."""
 
 from __future__ import annotations
-
-import uuid
 
 import pytest
 from django.urls import reverse
@@ -16,11 +15,11 @@ from continuity.context.assembly import (
 )
 from continuity.context.memory import memory_fact_forget, memory_fact_revise, memory_remember
 from continuity.delivery.attempts import attempt_begin, attempt_end
-from continuity.delivery.inbox import message_accept
 from continuity.delivery.processing import context_assemble, drain_conversation
 from continuity.errors import AttemptStopped
 from continuity.models import Handoff, MemoryFact, Message, Run, RunContext, Summary
-from tests.factories import UserFactory
+from tests.helpers.factories import UserFactory
+from tests.helpers.messages import send
 
 pytestmark = pytest.mark.django_db
 
@@ -33,10 +32,6 @@ ORDER = [
     "# Arrived while the agent was busy or down",
     "# Message to answer",
 ]
-
-
-def send(conversation, text: str) -> Message:
-    return message_accept(conversation=conversation, text=text, client_id=uuid.uuid4())
 
 
 def words(text: str) -> int:
@@ -162,7 +157,7 @@ def test_concurrent_turns_of_one_person_store_one_current_version_of_a_fact():
 
     from continuity.context.memory import memory_remember
     from continuity.models import MemoryFact
-    from tests.factories import UserFactory
+    from tests.helpers.factories import UserFactory
 
     owner = UserFactory()
     failures: list[BaseException] = []

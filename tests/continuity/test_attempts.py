@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import re
-import uuid
 from datetime import timedelta
 
 import pytest
@@ -16,10 +15,11 @@ from continuity.context.assembly import TURNS_SELECT
 from continuity.delivery.alerts import alerts_flush
 from continuity.delivery.attempts import attempt_begin, attempt_end, backoff_delay
 from continuity.delivery.conversations import conversation_resume
-from continuity.delivery.inbox import drain_send, message_accept
+from continuity.delivery.inbox import drain_send
 from continuity.errors import InvalidTransition
 from continuity.models import Alert, Conversation, CrashRecord, DeadLetter, Message, Run, Summary
-from tests.factories import UserFactory
+from tests.helpers.factories import UserFactory
+from tests.helpers.messages import send
 
 pytestmark = pytest.mark.django_db
 
@@ -40,10 +40,6 @@ def begin(conversation) -> Run:
 
 def crash(run: Run) -> None:
     assert attempt_end(run_id=run.pk, state="crashed", error="boom", detected_by="watchdog")
-
-
-def send(conversation, text="hello") -> Message:
-    return message_accept(conversation=conversation, text=text, client_id=uuid.uuid4())
 
 
 @pytest.mark.parametrize(("failures", "seconds"), [(1, 5), (2, 30), (3, 120), (4, 600), (9, 600)])
@@ -266,7 +262,7 @@ def test_every_hot_path_statement_finds_a_conversations_rows_through_an_index(
     from django.db import connection
 
     from continuity.delivery.processing import drain_conversation
-    from tests.factories import ConversationFactory
+    from tests.helpers.factories import ConversationFactory
 
     settings.CONTINUITY_BUILTIN_TOKEN_DELAY = 0
     busy = ConversationFactory()

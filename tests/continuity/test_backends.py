@@ -19,7 +19,7 @@ from chat.brains.openai import OpenAIBrain
 from chat.branch_views import CONTINUE_TEXT
 from continuity.context.tokens import context_budget, tokens_estimate
 from continuity.delivery.backends import backend_down, backend_slot, backends_check
-from continuity.delivery.inbox import drains_waiting, message_accept
+from continuity.delivery.inbox import drains_waiting
 from continuity.delivery.processing import drain_conversation
 from continuity.models import (
     Alert,
@@ -33,8 +33,9 @@ from continuity.models import (
 )
 from devtools.fake_model import FakeOpenAI, reply_to
 from devtools.redis_server import free_port
-from tests.factories import ConversationFactory, UserFactory
-from tests.waiting import wait_for
+from tests.helpers.factories import ConversationFactory, UserFactory
+from tests.helpers.messages import send
+from tests.helpers.waiting import wait_for
 
 # The attempt's failure is recorded after its connection is closed: real commits.
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -63,10 +64,6 @@ def server(settings):
 
 def openai_conversation(owner) -> Conversation:
     return ConversationFactory(owner=owner, brain="openai")
-
-
-def send(conversation, text: str) -> Message:
-    return message_accept(conversation=conversation, text=text, client_id=uuid.uuid4())
 
 
 def next_try_due(conversation: Conversation) -> bool:

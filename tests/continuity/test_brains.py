@@ -42,6 +42,7 @@ def worker_probe(script: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.processes
 def test_a_worker_imports_the_brains_it_may_use_before_it_forks():
     receivers = [receiver() for _, receiver in worker_init.receivers]
     assert worker_signals.on_worker_init in receivers
@@ -86,6 +87,7 @@ print("imported:", sorted(name for name in set(sys.modules) - before if name.sta
 """
 
 
+@pytest.mark.processes
 def test_a_worker_warms_the_model_client_before_it_forks():
     """The openai package imports about 530 modules at a client's first request (1.9 s of CPU
     with building its response models): taken in the worker before its fork, a new pool

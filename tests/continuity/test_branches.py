@@ -15,33 +15,10 @@ from continuity.delivery.dead_letters import dead_letter_retry
 from continuity.errors import ClientIdReused, InvalidMessage, InvalidTransition
 from continuity.models import Conversation, Handoff, Message, Run
 from continuity.selectors import exchanges_of, exchanges_page
-from tests.factories import ConversationFactory, MessageFactory, UserFactory
+from tests.helpers.factories import ConversationFactory, MessageFactory, UserFactory
+from tests.helpers.messages import answered, store_reply
 
 pytestmark = pytest.mark.django_db
-
-
-def answered(conversation: Conversation, text: str) -> Message:
-    """A user message with its reply, as the pipeline leaves them."""
-    question = MessageFactory(conversation=conversation, text=text, state=Message.State.DONE)
-    Message.objects.create(
-        conversation=conversation,
-        role=Message.Role.ASSISTANT,
-        text=f"Reply to {text}",
-        state=Message.State.DONE,
-        reply_to=question,
-    )
-    return question
-
-
-def answer(message: Message, text: str) -> None:
-    Message.objects.filter(pk=message.pk).update(state=Message.State.DONE)
-    Message.objects.create(
-        conversation_id=message.conversation_id,
-        role=Message.Role.ASSISTANT,
-        text=text,
-        state=Message.State.DONE,
-        reply_to=message,
-    )
 
 
 def shown_texts(conversation: Conversation) -> list[str]:
@@ -69,7 +46,7 @@ def test_regenerate_asks_the_last_message_again_and_keeps_the_old_reply(chat):
     }
     chat.refresh_from_db()
     assert chat.branch_changes == 1
-    answer(again, "Another reply to three")
+    store_reply(again, "Another reply to three")
     [exchange] = exchanges_of(chat, message_ids=[again.pk])
     assert (exchange.versions.ids, exchange.versions.position) == ((last.pk, again.pk), 2)
     assert not exchange.versions.edited  # same text: the switcher goes with the reply
@@ -115,7 +92,7 @@ def test_an_empty_edit_is_refused_and_changes_nothing(chat):
 def test_showing_a_version_again_brings_back_its_whole_branch(chat):
     two = chat.messages.get(text="two")
     edited = message_edit(message=two, text="deux", client_id=uuid.uuid4())
-    answer(edited, "Reply to deux")
+    store_reply(edited, "Reply to deux")
     four = answered(chat, "four on the deux branch")
     hidden = dict(chat.messages.filter(hidden_with=two).values_list("pk", "version"))
     version_show(message=two)
@@ -143,9 +120,9 @@ def test_nested_branches_come_back_as_they_were_left(chat):
     one = chat.messages.get(text="one")
     three = chat.messages.get(text="three")
     three_b = message_edit(message=three, text="three b", client_id=uuid.uuid4())
-    answer(three_b, "Reply to three b")
+    store_reply(three_b, "Reply to three b")
     one_b = message_edit(message=one, text="one b", client_id=uuid.uuid4())
-    answer(one_b, "Reply to one b")
+    store_reply(one_b, "Reply to one b")
     version_show(message=one)  # the original branch, as it was left: with "three b"
     assert shown_texts(chat) == [
         "one", "Reply to one", "two", "Reply to two", "three b", "Reply to three b",
@@ -166,7 +143,9 @@ def test_a_version_on_a_hidden_branch_cannot_be_edited_or_shown_directly(chat):
 
 def test_a_form_used_for_another_message_is_refused(chat):
     client_id = uuid.uuid4()
-    answer(message_edit(message=chat.messages.get(text="three"), text="3", client_id=client_id), "")
+    store_reply(
+        message_edit(message=chat.messages.get(text="three"), text="3", client_id=client_id), ""
+    )
     version_show(message=chat.messages.get(text="three"))
     with pytest.raises(ClientIdReused):
         message_edit(message=chat.messages.get(text="one"), text="1", client_id=client_id)
@@ -236,7 +215,7 @@ def test_regenerating_after_a_burst_hides_only_that_question_and_its_reply():
 
 def test_editing_a_message_that_could_not_be_processed_replaces_its_dead_letter(chat):
     from continuity.models import DeadLetter, StaffAction
-    from tests.dashboard.console import dead_letter_make
+    from tests.helpers.console import dead_letter_make
 
     dead_letter = dead_letter_make(chat, "Summarize [[broken]]")
     owner = chat.owner
@@ -259,7 +238,7 @@ def test_editing_a_message_that_could_not_be_processed_replaces_its_dead_letter(
 
 
 def test_staff_cannot_reask_a_message_left_on_a_hidden_branch(chat):
-    from tests.dashboard.console import dead_letter_make
+    from tests.helpers.console import dead_letter_make
 
     dead_letter = dead_letter_make(chat, "Summarize [[broken]]")
     earlier = chat.messages.get(text="two")

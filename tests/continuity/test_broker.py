@@ -49,6 +49,7 @@ def test_a_broker_channel_shares_one_redis_client_until_kombu_replaces_its_pool(
         ("rediss://:secret@redis.example:6380/0", "kombu.transport.redis.Transport", True),
     ],
 )
+@pytest.mark.processes
 def test_only_a_plain_redis_broker_takes_the_shared_client_transport(url, transport, tls):
     shown = subprocess.run(
         [sys.executable, "-c", BROKER_OF_SETTINGS],

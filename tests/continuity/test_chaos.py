@@ -9,9 +9,9 @@ from django.utils import timezone
 
 from continuity.models import Conversation, Message, Run
 from devtools.chaos import chaos_audit
-from tests.factories import ConversationFactory, MessageFactory
+from tests.helpers.factories import ConversationFactory, MessageFactory
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.processes]
 
 
 def answer(message: Message, **extra) -> Message:
@@ -106,7 +106,7 @@ def test_a_chaos_run_sends_over_http_to_its_own_workers_and_rides_out_a_model_ou
 
     from django.conf import settings
 
-    from tests.processes import command_env
+    from tests.helpers.processes import command_env
 
     env = command_env()
     result = subprocess.run(

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 from django.db import connection
 from django.urls import reverse
@@ -12,12 +10,12 @@ from continuity.brains import Context, Turn
 from continuity.context.assembly import ContextRefs
 from continuity.context.compaction import compaction_candidates, exchange_tokens
 from continuity.context.tokens import tokens_estimate
-from continuity.delivery.inbox import message_accept
 from continuity.delivery.processing import drain_conversation
 from continuity.models import MemoryFact, Message, RunContext, Summary
-from tests.factories import UserFactory
-from tests.processes import WorkerProcess
-from tests.waiting import wait_for
+from tests.helpers.factories import UserFactory
+from tests.helpers.messages import send
+from tests.helpers.processes import WorkerProcess
+from tests.helpers.waiting import wait_for
 
 pytestmark = pytest.mark.django_db
 
@@ -30,10 +28,6 @@ def small_budget(settings):
     for name, value in BUDGET.items():
         setattr(settings, name, value)
     return settings
-
-
-def send(conversation, text: str) -> Message:
-    return message_accept(conversation=conversation, text=text, client_id=uuid.uuid4())
 
 
 def answer(conversation, text: str) -> Message:

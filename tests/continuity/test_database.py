@@ -10,8 +10,8 @@ from django.db import close_old_connections, connection
 
 from continuity import sql
 from continuity.database import base
-from tests.postgres import another_session, protocol_of
-from tests.waiting import wait_for
+from tests.helpers.postgres import another_session, protocol_of
+from tests.helpers.waiting import wait_for
 
 pytestmark = pytest.mark.postgresql("Continuity's own backend for PostgreSQL")
 

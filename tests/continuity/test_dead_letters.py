@@ -2,28 +2,22 @@
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 
+from continuity.delivery.alerts import alert_acknowledge
 from continuity.delivery.attempts import attempt_begin, attempt_end
-from continuity.delivery.conversations import alert_acknowledge
 from continuity.delivery.dead_letters import (
     dead_letter_discard,
     dead_letter_retry,
     dead_letters_retry,
 )
-from continuity.delivery.inbox import message_accept
 from continuity.delivery.processing import drain_conversation
 from continuity.errors import InvalidMessage, InvalidTransition
 from continuity.models import Alert, DeadLetter, Message, RunContext, StaffAction
-from tests.factories import ConversationFactory, UserFactory
+from tests.helpers.factories import ConversationFactory, UserFactory
+from tests.helpers.messages import send
 
 pytestmark = pytest.mark.django_db
-
-
-def send(conversation, text: str) -> Message:
-    return message_accept(conversation=conversation, text=text, client_id=uuid.uuid4())
 
 
 def dead(conversation, text: str, *, error: str = "ValueError: no") -> DeadLetter:

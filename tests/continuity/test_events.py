@@ -22,7 +22,7 @@ from continuity.live.events import (
     publisher_close,
     publisher_flush,
 )
-from tests.processes import process_env
+from tests.helpers.processes import process_env
 
 
 @pytest.fixture(autouse=True)
@@ -224,6 +224,7 @@ def publish_from_a_host_whose_clock_is_off(seconds: float, *, conversation_id: i
     )
 
 
+@pytest.mark.processes
 @pytest.mark.django_db
 def test_events_from_hosts_whose_clocks_are_two_minutes_off_all_arrive_in_order():
     """Before, a score was the sending host's clock: one running behind had its events trimmed

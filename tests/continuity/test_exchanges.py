@@ -15,7 +15,8 @@ from continuity.delivery.inbox import message_accept
 from continuity.errors import MODEL_BUSY
 from continuity.models import Conversation, Message, Recovery, ReplyChunk, Run
 from continuity.selectors import conversation_status, exchange_as_accepted, exchanges_of
-from tests.factories import ConversationFactory
+from tests.helpers.factories import ConversationFactory
+from tests.helpers.messages import send
 
 pytestmark = pytest.mark.django_db
 
@@ -25,12 +26,8 @@ def conversation():
     return ConversationFactory()
 
 
-def send(conversation: Conversation, text: str = "Hello") -> Message:
-    return message_accept(conversation=conversation, text=text, client_id=uuid.uuid4())
-
-
 def test_a_queued_message_is_read_with_one_query(conversation, django_assert_num_queries):
-    message = send(conversation)
+    message = send(conversation, "Hello")
     with django_assert_num_queries(1):
         [exchange] = exchanges_of(conversation, message_ids=[message.pk])
     assert exchange.message == message and exchange.reply is None
@@ -38,7 +35,7 @@ def test_a_queued_message_is_read_with_one_query(conversation, django_assert_num
 
 
 def test_a_message_just_accepted_is_shown_as_stored(conversation, django_assert_num_queries):
-    message = send(conversation)
+    message = send(conversation, "Hello")
     with django_assert_num_queries(0):
         exchange = exchange_as_accepted(conversation, message)
     assert exchange.message is message and exchange.reply is None
@@ -55,7 +52,7 @@ def test_a_resubmitted_message_that_moved_on_is_read_again(conversation):
 
 
 def test_a_message_being_answered_reads_its_stored_chunks(conversation, django_assert_num_queries):
-    message = send(conversation)
+    message = send(conversation, "Hello")
     run = attempt_begin(conversation_id=conversation.pk)
     for seq, text in enumerate(["Hel", "lo"], start=1):
         ReplyChunk.objects.create(message=message, run=run, seq=seq, text=text)
@@ -71,7 +68,7 @@ def test_a_message_being_answered_reads_its_stored_chunks(conversation, django_a
 def test_an_answered_message_reads_its_reply_and_its_versions(
     conversation, django_assert_num_queries
 ):
-    message = send(conversation)
+    message = send(conversation, "Hello")
     Message.objects.filter(pk=message.pk).update(state=Message.State.DONE)
     reply = Message.objects.create(
         conversation=conversation,
@@ -88,7 +85,7 @@ def test_an_answered_message_reads_its_reply_and_its_versions(
 def test_the_status_asks_for_a_backoff_only_when_one_is_set(
     conversation, django_assert_num_queries
 ):
-    message = send(conversation)
+    message = send(conversation, "Hello")
     with django_assert_num_queries(1):  # whether an interrupted message waits for a worker
         status = conversation_status(conversation)
     assert status["retry_in"] is None and not status["resuming"]
@@ -107,7 +104,7 @@ def test_the_status_asks_for_a_backoff_only_when_one_is_set(
 def test_a_message_interrupted_again_shows_its_last_partial_reply_and_folds_earlier_banners(
     conversation,
 ):
-    message = send(conversation)
+    message = send(conversation, "Hello")
     now = timezone.now()
 
     def stopped_run(attempt: int, state: str, error: str, text: str = "") -> Run:

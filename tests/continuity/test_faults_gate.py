@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 PROBE = """
 import django
 django.setup()
@@ -21,6 +23,7 @@ except Exception as error:
 """
 
 
+@pytest.mark.processes
 def test_production_settings_ignore_every_fault_switch():
     env = {
         **os.environ,

@@ -2,24 +2,18 @@
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 from django.urls import reverse
 
 from continuity.context.handoffs import handoff_write
 from continuity.delivery.attempts import attempt_begin, attempt_end
 from continuity.delivery.conversations import conversation_pause
-from continuity.delivery.inbox import message_accept
 from continuity.delivery.processing import drain_conversation
 from continuity.models import Handoff, MemoryFact, Message, Run
-from tests.factories import UserFactory
+from tests.helpers.factories import UserFactory
+from tests.helpers.messages import send
 
 pytestmark = pytest.mark.django_db
-
-
-def send(conversation, text: str) -> Message:
-    return message_accept(conversation=conversation, text=text, client_id=uuid.uuid4())
 
 
 def answer(conversation, text: str) -> str:

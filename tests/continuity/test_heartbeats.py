@@ -15,7 +15,7 @@ from continuity.delivery.inbox import message_accept
 from continuity.delivery.processing import chunk_store, step
 from continuity.errors import AttemptStopped
 from continuity.models import Checkpoint, Message, ReplyChunk, Run
-from tests.waiting import lock_waiters, wait_for
+from tests.helpers.waiting import lock_waiters, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)  # its heartbeat thread reads commits
 
@@ -86,7 +86,7 @@ def test_staleness_needs_an_old_row_and_no_redis_key(run):
 @pytest.mark.postgresql("makes the PostgreSQL server go away")
 def test_the_redis_key_is_refreshed_while_the_database_is_away(run):
     from continuity.delivery.heartbeats import redis_client
-    from tests.outages import database_refuses_connections
+    from tests.helpers.outages import database_refuses_connections
 
     key = run_key(run.pk)
     with RunHeartbeat(run.pk) as heartbeat:
@@ -210,7 +210,7 @@ def test_a_row_write_held_up_by_the_database_does_not_let_the_key_lapse(run):
     import time
 
     from continuity.delivery import heartbeats
-    from tests.postgres import another_session
+    from tests.helpers.postgres import another_session
 
     heartbeats._run_beats = None  # threads started with this test's interval, as a worker's are
     holder = another_session(autocommit=False)

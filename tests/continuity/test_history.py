@@ -18,8 +18,8 @@ from continuity.delivery.history import (
 from continuity.delivery.retention import history_prune
 from continuity.models import Conversation, DeadLetter, HistoryBucket, Message, Run
 from continuity.sql import database_now
-from tests.dashboard.console import dead_letter_make
-from tests.factories import ConversationFactory, MessageFactory, UserFactory
+from tests.helpers.console import dead_letter_make
+from tests.helpers.factories import ConversationFactory, MessageFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
 

@@ -10,8 +10,8 @@ from django.utils import timezone
 from continuity.delivery.inbox import conversation_start, message_accept, title_from_text
 from continuity.errors import ClientIdReused, InvalidMessage
 from continuity.models import Conversation, Message
-from tests.factories import UserFactory
-from tests.waiting import lock_waiters, wait_for
+from tests.helpers.factories import UserFactory
+from tests.helpers.waiting import lock_waiters, wait_for
 
 pytestmark = pytest.mark.django_db
 
@@ -227,7 +227,7 @@ def test_an_accept_whose_drain_cannot_be_sent_is_due_at_the_watchdogs_next_sweep
     from kombu.exceptions import OperationalError
 
     from continuity import celery_app
-    from continuity.delivery.recovery import due_conversation_ids
+    from continuity.delivery.watchdog import due_conversation_ids
 
     def broker_down(*args, **kwargs):
         raise OperationalError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")

@@ -12,15 +12,11 @@ from django.db import IntegrityError
 from django.utils import timezone
 
 from chat.brains.builtin import BuiltinBrain
-from continuity.delivery.inbox import message_accept
 from continuity.delivery.processing import drain_conversation
 from continuity.models import Checkpoint, Conversation, Message, ReplyChunk, Run
+from tests.helpers.messages import send
 
 pytestmark = pytest.mark.django_db
-
-
-def send(conversation, text: str) -> Message:
-    return message_accept(conversation=conversation, text=text, client_id=uuid.uuid4())
 
 
 def reply_of(message: Message) -> str:
@@ -254,7 +250,7 @@ def test_losing_the_database_mid_reply_gives_the_attempt_back(conversation, monk
     from django.db import connection
 
     from continuity.models import CrashRecord, DeadLetter
-    from tests.postgres import another_session
+    from tests.helpers.postgres import another_session
 
     respond = BuiltinBrain.respond
 
@@ -447,7 +443,7 @@ def test_a_commit_whose_answer_was_lost_costs_the_next_message_nothing(
 
     from continuity.delivery import attempts
     from continuity.delivery.heartbeats import key_delete, run_key
-    from continuity.delivery.recovery import watchdog_tick
+    from continuity.delivery.watchdog import watchdog_tick
     from continuity.models import CrashRecord
 
     settings.CONTINUITY_DRAIN_TURN_SECONDS = 60

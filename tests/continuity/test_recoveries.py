@@ -4,7 +4,6 @@ words, its page and the first reply all speak of what the resuming attempt was g
 from __future__ import annotations
 
 import re
-import uuid
 
 import pytest
 from django.test import Client
@@ -12,17 +11,13 @@ from django.urls import reverse
 
 from continuity.context.recoveries import recovery_words, restored_of
 from continuity.delivery.attempts import attempt_begin, attempt_end
-from continuity.delivery.inbox import message_accept
 from continuity.delivery.processing import drain_conversation
 from continuity.errors import MODEL_BUSY, MODEL_UNAVAILABLE
 from continuity.models import Conversation, Handoff, Message, Recovery, RunContext, Summary
-from tests.factories import ConversationFactory, UserFactory
+from tests.helpers.factories import ConversationFactory, UserFactory
+from tests.helpers.messages import send
 
 pytestmark = pytest.mark.django_db
-
-
-def send(conversation, text: str) -> Message:
-    return message_accept(conversation=conversation, text=text, client_id=uuid.uuid4())
 
 
 def interrupted_then_resumed(conversation, text: str, *, state: str, error: str) -> Message:
@@ -206,7 +201,7 @@ def test_a_resume_from_pause_is_told_as_such(chat):
 # A failed attempt is recorded after its connection is closed: real commits.
 @pytest.mark.django_db(transaction=True)
 def test_a_message_that_ends_dead_shows_one_outcome_and_its_interruptions_as_details(chat):
-    from tests.brains import RAISE
+    from tests.helpers.brains import RAISE
 
     Conversation.objects.filter(pk=chat.pk).update(brain="faulty")
     message = send(chat, f"Summarize this {RAISE}")

@@ -8,7 +8,7 @@ import pytest
 
 from devtools.redis_server import RedisServer
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.processes]
 
 
 def test_restart_and_stop_remove_the_servers_directories():

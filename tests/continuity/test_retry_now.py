@@ -12,7 +12,7 @@ from continuity.delivery.conversations import conversation_retry_now
 from continuity.errors import InvalidTransition
 from continuity.models import Conversation, Run
 from continuity.selectors import retry_wait_of
-from tests.factories import ConversationFactory, MessageFactory, UserFactory
+from tests.helpers.factories import ConversationFactory, MessageFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
 HTMX = {"HX-Request": "true"}

@@ -6,27 +6,21 @@ while it ran stays; forgetting a fact takes it out of every note and summary it 
 from __future__ import annotations
 
 import json
-import uuid
 
 import pytest
 
 from chat.brains.builtin import BuiltinBrain
 from continuity.context.assembly import run_context_text
 from continuity.context.compaction import summary_write
-from continuity.context.handoffs import handoff_latest, handoff_write
+from continuity.context.handoffs import handoff_correct, handoff_latest, handoff_write
 from continuity.context.memory import memory_fact_forget
-from continuity.context.recoveries import handoff_correct
-from continuity.delivery.inbox import message_accept
 from continuity.delivery.processing import drain_conversation
 from continuity.models import Handoff, MemoryFact, Message, RunContext, Summary
 from devtools.fake_model import FakeOpenAI
-from tests.factories import ConversationFactory
+from tests.helpers.factories import ConversationFactory
+from tests.helpers.messages import send
 
 pytestmark = pytest.mark.django_db
-
-
-def send(conversation, text: str) -> Message:
-    return message_accept(conversation=conversation, text=text, client_id=uuid.uuid4())
 
 
 def answer(conversation, text: str) -> str:

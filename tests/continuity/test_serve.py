@@ -19,7 +19,8 @@ from continuity.management.commands.serve import (
 )
 from devtools.redis_server import RedisServer
 
-pytestmark = pytest.mark.django_db  # the session fixture that ends leftover sessions needs it
+# django_db: the session fixture that ends leftover sessions needs it.
+pytestmark = [pytest.mark.django_db, pytest.mark.processes]
 
 
 @pytest.fixture

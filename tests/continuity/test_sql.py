@@ -9,7 +9,7 @@ from django.test.utils import CaptureQueriesContext
 
 from continuity import sql
 from continuity.models import Conversation
-from tests.postgres import another_session, protocol_of, sent
+from tests.helpers.postgres import another_session, protocol_of, sent
 
 
 def title_seen_by_another_session(conversation_id: int) -> str:

@@ -2,21 +2,15 @@
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 
 from continuity.delivery.attempts import attempt_begin, attempt_finish, reply_stop
-from continuity.delivery.inbox import message_accept
 from continuity.delivery.processing import chunk_store
 from continuity.errors import AttemptStopped, InvalidTransition
 from continuity.models import Message, Run
+from tests.helpers.messages import send
 
 pytestmark = pytest.mark.django_db
-
-
-def send(conversation, text: str) -> Message:
-    return message_accept(conversation=conversation, text=text, client_id=uuid.uuid4())
 
 
 @pytest.mark.django_db(transaction=True)  # what it sends goes on commit

@@ -14,7 +14,6 @@ from continuity.context.assembly import SUPPORT_WROTE, turn_pairs, turns_stateme
 from continuity.context.handoffs import handoff_latest
 from continuity.delivery.attempts import attempt_begin
 from continuity.delivery.branches import message_edit
-from continuity.delivery.inbox import message_accept
 from continuity.delivery.processing import drain_conversation
 from continuity.delivery.takeover import (
     conversation_hand_back,
@@ -23,13 +22,10 @@ from continuity.delivery.takeover import (
 )
 from continuity.errors import InvalidTransition
 from continuity.models import Conversation, Message, Run, StaffAction
-from tests.factories import ConversationFactory, UserFactory
+from tests.helpers.factories import ConversationFactory, UserFactory
+from tests.helpers.messages import send
 
 pytestmark = pytest.mark.django_db
-
-
-def send(conversation: Conversation, text: str) -> Message:
-    return message_accept(conversation=conversation, text=text, client_id=uuid.uuid4())
 
 
 def test_a_takeover_stops_the_reply_being_written_and_the_agent_answers_nothing():

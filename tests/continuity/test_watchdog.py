@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import uuid
 from datetime import timedelta
 
 import pytest
@@ -14,8 +13,7 @@ from django.utils import timezone
 
 from continuity.delivery.attempts import attempt_begin, runs_reap
 from continuity.delivery.heartbeats import stale_run_ids
-from continuity.delivery.inbox import message_accept
-from continuity.delivery.recovery import (
+from continuity.delivery.watchdog import (
     due_conversation_ids,
     runs_interrupt,
     watchdog_tick,
@@ -23,7 +21,8 @@ from continuity.delivery.recovery import (
 )
 from continuity.delivery.workers import process_ended, process_gone
 from continuity.models import Conversation, CrashRecord, Run
-from tests.waiting import wait_for
+from tests.helpers.messages import send
+from tests.helpers.waiting import wait_for
 
 pytestmark = pytest.mark.django_db
 
@@ -32,10 +31,6 @@ pytestmark = pytest.mark.django_db
 def clocks(settings):
     settings.CONTINUITY_HEARTBEAT_SECONDS = 1
     settings.CONTINUITY_REQUEUE_AFTER_SECONDS = 30
-
-
-def send(conversation):
-    return message_accept(conversation=conversation, text="hello", client_id=uuid.uuid4())
 
 
 def age(model, pk, **fields_seconds_ago):
@@ -146,6 +141,7 @@ def dead_pid() -> int:
     return process.pid
 
 
+@pytest.mark.processes
 def test_a_restarted_node_reaps_its_earlier_incarnations_dead_runs_without_waiting(conversation):
     send(conversation)
     run = attempt_begin(conversation_id=conversation.pk, node="w1@host")
@@ -157,6 +153,7 @@ def test_a_restarted_node_reaps_its_earlier_incarnations_dead_runs_without_waiti
     assert CrashRecord.objects.get(run=run).detected_by == "worker_start"
 
 
+@pytest.mark.processes
 def test_a_dead_process_not_yet_collected_counts_as_gone(conversation):
     """A killed worker's pool processes stay zombies until init collects them (up to two
     seconds here): a node restarted meanwhile must still reap their attempts at once."""
@@ -205,13 +202,13 @@ def test_while_the_broker_is_down_nothing_is_sent_and_the_next_sweep_retries(
 ):
     import redis
 
-    from continuity.delivery import recovery
+    from continuity.delivery import watchdog
     from devtools.redis_server import free_port
 
     send(conversation)
     age(Conversation, conversation.pk, enqueued_at=31)
     unreachable = redis.Redis(port=free_port(), socket_connect_timeout=0.2)
-    monkeypatch.setattr(recovery, "redis_client", lambda: unreachable)
+    monkeypatch.setattr(watchdog, "redis_client", lambda: unreachable)
     assert watchdog_tick()["requeued"] == 0
     assert due_conversation_ids() == [conversation.pk]  # still due: retried next time
     monkeypatch.undo()
@@ -261,13 +258,13 @@ def test_a_marker_older_than_a_received_drain_is_orphaned_and_sent_again(
 def test_a_planned_shutdown_also_interrupts_an_attempt_that_began_meanwhile(
     conversation, user, monkeypatch
 ):
-    from continuity.delivery import recovery
+    from continuity.delivery import watchdog
 
     late = Conversation.objects.create(owner=user)
     send(conversation)
     send(late)
     first = attempt_begin(conversation_id=conversation.pk, node="w1@host")
-    real_end = recovery.attempt_end
+    real_end = watchdog.attempt_end
     began_meanwhile = []
 
     def end_while_another_begins(**kwargs):
@@ -275,7 +272,7 @@ def test_a_planned_shutdown_also_interrupts_an_attempt_that_began_meanwhile(
             began_meanwhile.append(attempt_begin(conversation_id=late.pk, node="w1@host"))
         return real_end(**kwargs)
 
-    monkeypatch.setattr(recovery, "attempt_end", end_while_another_begins)
+    monkeypatch.setattr(watchdog, "attempt_end", end_while_another_begins)
     assert runs_interrupt(node="w1@host") == 2
     assert set(Run.objects.values_list("pk", "state")) == {
         (first.pk, "interrupted"),

@@ -11,8 +11,8 @@ from django.utils import timezone
 
 from continuity.delivery.attempts import attempt_begin
 from continuity.models import Alert, Conversation, DeadLetter, Message, Run, StaffAction
-from tests.dashboard.console import dead_letter_make
-from tests.factories import ConversationFactory, MessageFactory, UserFactory
+from tests.helpers.console import dead_letter_make
+from tests.helpers.factories import ConversationFactory, MessageFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
 

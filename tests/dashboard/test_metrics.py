@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from continuity.delivery.history import history_record
 from continuity.models import Conversation, DeadLetter, Message, Run, Worker
 from continuity.sql import database_now
-from tests.factories import ConversationFactory, MessageFactory
+from tests.helpers.factories import ConversationFactory, MessageFactory
 
 pytestmark = pytest.mark.django_db
 

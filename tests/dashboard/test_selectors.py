@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from continuity.models import Message
 from dashboard.selectors import reply_figures
-from tests.factories import ConversationFactory, MessageFactory
+from tests.helpers.factories import ConversationFactory, MessageFactory
 
 pytestmark = pytest.mark.django_db
 

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from continuity.models import CrashRecord, Message, Recovery, ReplyChunk, Run
 from dashboard.timeline import message_timeline
-from tests.factories import ConversationFactory, MessageFactory, UserFactory
+from tests.helpers.factories import ConversationFactory, MessageFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
 

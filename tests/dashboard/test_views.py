@@ -12,8 +12,8 @@ from django.utils import timezone
 
 from continuity.delivery.dead_letters import dead_letter_discard, dead_letter_retry
 from continuity.models import Alert, Conversation, CrashRecord, DeadLetter, Message, Run, Worker
-from tests.dashboard.console import dead_letter_make
-from tests.factories import ConversationFactory, MessageFactory, UserFactory
+from tests.helpers.console import dead_letter_make
+from tests.helpers.factories import ConversationFactory, MessageFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
 

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from continuity.delivery.attempts import attempt_begin
 from continuity.models import Alert, Conversation, Message, StaffAction
-from tests.factories import ConversationFactory, MessageFactory, UserFactory
+from tests.helpers.factories import ConversationFactory, MessageFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
 

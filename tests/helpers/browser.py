@@ -1,4 +1,5 @@
-"""What the browser tests share: signing in, and running code away from Playwright's loop."""
+"""What the browser tests share: signing in, sending from the page, and running code away from
+Playwright's loop."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from typing import TypeVar
 from django.db import connection
 from playwright.sync_api import Page, expect
 
-from tests.factories import PASSWORD
-from tests.processes import WebProcess
+from tests.helpers.factories import PASSWORD
+from tests.helpers.processes import WebProcess
 
 T = TypeVar("T")
 
@@ -24,6 +25,12 @@ def log_in(page: Page, site: WebProcess, username: str) -> None:
     page.get_by_label("Password").fill(PASSWORD)
     page.get_by_role("button", name="Log in").click()
     expect(page.get_by_role("heading", name="What shall we work on?")).to_be_visible()
+
+
+def send_from_page(page: Page, text: str) -> None:
+    """Type `text` in the composer and press Send, as a person does."""
+    page.get_by_label("Message").fill(text)
+    page.get_by_role("button", name="Send").click()
 
 
 def off_the_loop(function: Callable[..., T], **kwargs) -> T:

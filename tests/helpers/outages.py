@@ -9,8 +9,8 @@ from pathlib import Path
 from django.db import connection
 
 from devtools import chaos
-from tests.postgres import another_session
-from tests.waiting import wait_for
+from tests.helpers.postgres import another_session
+from tests.helpers.waiting import wait_for
 
 
 def terminate_other_connections() -> int:

@@ -13,7 +13,7 @@ from continuity.models import Run, Worker
 from continuity.ops.web import web_argv
 from devtools.processes import ChildProcess, WorkerChild, watchdog_argv
 from devtools.redis_server import free_port
-from tests.waiting import wait_for
+from tests.helpers.waiting import wait_for
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 _serial = itertools.count(1)

@@ -24,13 +24,13 @@ from django.core.management import call_command
 
 from continuity.live.events import redis_configured
 from tests.browser.launch import CHROMIUM_LAUNCH
+from tests.helpers.processes import ARTIFACTS, WatchdogProcess, WebProcess, WorkerProcess
+from tests.helpers.waiting import wait_for
 from tests.hosts.front import Front
 from tests.hosts.network import BRIDGE_ADDRESS, Host, Network
 from tests.hosts.pages import signed_in_context
 from tests.hosts.store import HostRedis, HostSentinel, PrivatePostgres, remove_leftover_clusters
 from tests.hosts.topology import ADDRESSES, DATABASE_NAME, HOSTS, SENTINELS, WEB_PORT
-from tests.processes import ARTIFACTS, WatchdogProcess, WebProcess, WorkerProcess
-from tests.waiting import wait_for
 
 os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
 

@@ -10,7 +10,7 @@ import threading
 from collections import Counter
 from collections.abc import Iterator
 
-from tests.relay import accepted, pipe
+from tests.helpers.relay import accepted, pipe
 
 
 class Front:

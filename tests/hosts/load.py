@@ -8,9 +8,9 @@ import time
 
 from continuity.models import Message
 from devtools.chaos import Browsers, chaos_audit
-from tests.factories import ConversationFactory, UserFactory
+from tests.helpers.factories import ConversationFactory, UserFactory
+from tests.helpers.waiting import wait_for
 from tests.hosts.front import Front
-from tests.waiting import wait_for
 
 USERS = 5
 MESSAGES_EACH = 12

@@ -54,7 +54,7 @@ class Host:
         return [int(pid) for pid in listed]
 
     def lose(self) -> list[int]:
-        """Every process on the host SIGKILLed, as the issue's probe lost a host. Its kernel
+        """Every process on the host SIGKILLed, as a host is lost when its machine dies. Its kernel
         stays: peers get resets and refusals at once. A host that goes silent instead (power,
         network) is the partition's case (`Network.partition`)."""
         killed: list[int] = []

@@ -12,9 +12,9 @@ from django.test import Client
 from playwright.sync_api import Browser, BrowserContext, Page, expect
 
 from continuity.models import Conversation, Message
+from tests.helpers.waiting import wait_for
 from tests.hosts.front import Front
 from tests.hosts.network import BRIDGE_ADDRESS
-from tests.waiting import wait_for
 
 
 def signed_in_context(browser: Browser, user) -> BrowserContext:

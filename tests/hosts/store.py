@@ -15,6 +15,8 @@ import redis
 
 from devtools.processes import ChildProcess
 from devtools.redis_server import RedisServer
+from tests.helpers.processes import artifact
+from tests.helpers.waiting import wait_for
 from tests.hosts.network import SUBNET, Host
 from tests.hosts.topology import (
     MASTER_NAME,
@@ -23,8 +25,6 @@ from tests.hosts.topology import (
     REDIS_PORT,
     SENTINEL_PORT,
 )
-from tests.processes import artifact
-from tests.waiting import wait_for
 
 
 def postgres_bin(program: str) -> str:

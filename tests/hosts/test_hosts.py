@@ -16,11 +16,11 @@ from playwright.sync_api import expect
 from continuity import celery_app
 from continuity.models import Checkpoint, Message, ReplyChunk, Run
 from continuity.sql import database_now
-from tests.factories import ConversationFactory, UserFactory
+from tests.helpers.factories import ConversationFactory, UserFactory
+from tests.helpers.waiting import wait_for
 from tests.hosts.load import USERS, Load, promise_kept
 from tests.hosts.pages import WatchingPage, servers_rendering
 from tests.hosts.topology import WEB_PORT
-from tests.waiting import wait_for
 
 # Past the heartbeat's time to live (two beats of 0.5 s and a sweep), when the lease is taken.
 PARTITION_SECONDS = 6

@@ -11,8 +11,8 @@ import time
 from django.db import DatabaseError, connection
 
 from continuity.models import CrashRecord, Message
+from tests.helpers.waiting import wait_for
 from tests.hosts.load import Load, promise_kept
-from tests.waiting import wait_for
 
 
 def replies_in(load: Load) -> int | None:

@@ -12,9 +12,9 @@ import time
 
 from continuity.models import CrashRecord, Message, Run
 from continuity.sql import database_now
+from tests.helpers.waiting import wait_for
 from tests.hosts.load import Load, promise_kept
 from tests.hosts.pages import WatchingPage, servers_rendering
-from tests.waiting import wait_for
 
 
 def test_the_redis_primary_lost_under_load_and_its_replica_promoted(

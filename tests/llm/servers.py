@@ -16,8 +16,8 @@ import httpx
 
 from devtools.processes import ChildProcess
 from devtools.redis_server import free_port
-from tests.processes import artifact
-from tests.waiting import wait_for
+from tests.helpers.processes import artifact
+from tests.helpers.waiting import wait_for
 
 MODEL = "tiny"
 

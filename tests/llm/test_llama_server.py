@@ -2,7 +2,7 @@
 through llama-cpp-python's server, with its default options (it interrupts the stream being
 answered when another request comes) and a 512-token window, serving a tiny random model.
 
-Run by `make test-llm` (README "Model backends"), which builds the server from PyPI. What the
+Run by `make test-llm` (docs/model-backends.md), which builds the server from PyPI. What the
 server sent back is checked from the proxy in front of it, as it said it."""
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from django.test import Client
 from django.urls import reverse
 
 from chat.brains.openai import OpenAIBrain
-from continuity.delivery.inbox import message_accept
 from continuity.delivery.processing import drain_conversation
 from continuity.models import Conversation, DeadLetter, Message, Summary
-from tests.factories import ConversationFactory, UserFactory
+from tests.helpers.factories import ConversationFactory, UserFactory
+from tests.helpers.messages import send
 from tests.llm.servers import MODEL, LlamaServer, RecordingProxy
 from tests.llm.tiny_model import WORDS, tiny_model_write
 
@@ -51,10 +51,6 @@ def llama(tiny_model, settings):
     yield proxy
     proxy.stop()
     server.stop()
-
-
-def send(conversation: Conversation, text: str) -> Message:
-    return message_accept(conversation=conversation, text=text, client_id=uuid.uuid4())
 
 
 def answered(question: Message, *, within: float = 120) -> Message:

@@ -11,8 +11,8 @@ from django.db import InterfaceError, OperationalError, close_old_connections, c
 
 from continuity.delivery.heartbeats import heartbeat_ttl
 from continuity.delivery.history import history_record
-from continuity.delivery.recovery import watchdog_tick
 from continuity.delivery.retention import retention_prune
+from continuity.delivery.watchdog import watchdog_tick
 
 logger = logging.getLogger("continuity.watchdog")
 
