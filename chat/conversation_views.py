@@ -100,7 +100,7 @@ def conversation_delete_view(request: HttpRequest, pk: int) -> HttpResponse:
     conversation = own_conversation(request, pk)
     if request.method == "GET":
         # As the person sees them: the shown branch, not the versions they left behind.
-        count = conversation.messages.filter(hidden_with__isnull=True).count()
+        count = conversation.messages.shown().count()
         return render(
             request, "chat/delete.html", {"conversation": conversation, "message_count": count}
         )

@@ -14,11 +14,7 @@ from .rendering import markdown_closed
 
 def export_messages(conversation: Conversation):
     """The shown branch, as the page shows it; other versions stay in the app."""
-    return (
-        conversation.messages.filter(hidden_with__isnull=True)
-        .select_related("author")
-        .order_by("id")
-    )
+    return conversation.messages.shown().select_related("author").order_by("id")
 
 
 @functools.cache

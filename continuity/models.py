@@ -111,6 +111,29 @@ class Conversation(models.Model):
         return self.title or f"Conversation {self.pk}"
 
 
+# A message's three questions, each defined once: for the ORM (`MessageQuerySet`) and for the
+# partial indexes below, whose conditions these are. The hand-written statements that rely on
+# an index write its condition out (context.assembly WAITING and ANSWERED_QUESTION), and
+# tests/continuity/test_indexes.py checks that PostgreSQL reads the two as the same.
+# A user message that waits for its answer: queued, or being answered.
+WAITING = Q(role="user", state__in=["queued", "processing"])
+# On the shown branch: not hidden by an edit or a regeneration.
+SHOWN = Q(hidden_with__isnull=True)
+# A question of the shown branch that was answered: the turns of a context.
+ANSWERED_QUESTION = Q(role="user", state="done", hidden_with__isnull=True)
+
+
+class MessageQuerySet(models.QuerySet):
+    def waiting(self) -> MessageQuerySet:
+        return self.filter(WAITING)
+
+    def shown(self) -> MessageQuerySet:
+        return self.filter(SHOWN)
+
+    def answered_questions(self) -> MessageQuerySet:
+        return self.filter(ANSWERED_QUESTION)
+
+
 class Message(models.Model):
     class Role(models.TextChoices):
         USER = "user", "User"
@@ -124,6 +147,8 @@ class Message(models.Model):
         DEAD = "dead", "Could not be processed"
 
     PENDING_STATES = (State.QUEUED, State.PROCESSING)
+
+    objects = MessageQuerySet.as_manager()
 
     # Not indexed alone: the indexes below that lead with it serve its lookups. One that held
     # a conversation's messages in no useful order let a plan made for any conversation read
@@ -220,18 +245,18 @@ class Message(models.Model):
         indexes = [
             models.Index(fields=["conversation", "state", "id"]),
             models.Index(fields=["state", "created_at"]),
-            # A conversation's waiting questions, in order (`context.assembly.PENDING`): a
+            # A conversation's waiting questions, in order (`context.assembly.WAITING`): a
             # few rows, so even a plan made for any conversation finds the next one at once.
             models.Index(
                 fields=["conversation", "id"],
-                condition=models.Q(role="user", state__in=["queued", "processing"]),
+                condition=WAITING,
                 name="message_pending",
             ),
             # The answered questions of the shown branch, by conversation, in order: the turns
-            # of a context (`context.assembly.QUESTIONS`, whose condition is this one's).
+            # of a context (`context.assembly.ANSWERED_QUESTION`).
             models.Index(
                 fields=["conversation", "id"],
-                condition=models.Q(role="user", state="done", hidden_with__isnull=True),
+                condition=ANSWERED_QUESTION,
                 name="message_answered_question",
             ),
             # Messages of hidden branches only, looked up by the version that hid them. An

@@ -128,7 +128,7 @@ def exchanges_page(
 ) -> ExchangesPage:
     """The shown branch's newest EXCHANGES_PAGE exchanges (before message `before`), or every
     one from message `since` on (a search result links into the past)."""
-    shown = conversation.messages.filter(role=Message.Role.USER, hidden_with__isnull=True)
+    shown = conversation.messages.shown().filter(role=Message.Role.USER)
     if before is not None:
         shown = shown.filter(pk__lt=before)
     window = shown.filter(pk__gte=since) if since is not None else shown
@@ -377,7 +377,7 @@ def conversations_search(owner, query: str) -> list[SearchHit]:
     if not query:
         return []
     # What the person sees: a message on a branch that is not shown would open elsewhere.
-    messages = Message.objects.filter(conversation__owner=owner, hidden_with__isnull=True)
+    messages = Message.objects.filter(conversation__owner=owner).shown()
     if search_finds_word_forms():
         found = full_text_hits(messages, query)
     else:

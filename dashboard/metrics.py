@@ -30,7 +30,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
 from continuity.delivery.history import REPLY_BOUNDS_SECONDS, Counts, counts_ever
-from continuity.models import Conversation, DeadLetter, Message, Run, Worker
+from continuity.models import WAITING, Conversation, DeadLetter, Message, Run, Worker
 
 from .selectors import oldest_age, workers_live
 
@@ -39,7 +39,7 @@ RUN_OUTCOMES = [state for state in Run.State.values if state != Run.State.RUNNIN
 
 
 def message_metrics() -> Iterator[Metric]:
-    pending = Q(state__in=Message.PENDING_STATES)
+    pending = WAITING
     stats = Message.objects.filter(role=Message.Role.USER).aggregate(
         **{state: Count("pk", filter=Q(state=state)) for state in Message.State.values},
         oldest_pending_age=oldest_age(among=pending),

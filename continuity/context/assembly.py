@@ -46,6 +46,19 @@ class ContextRefs:
         return [pk for pair in self.pairs for pk in pair]
 
 
+# The conditions of the message table's partial indexes, written out for the hand-written
+# statements, on the one table they read (unqualified). The values are written out, not
+# bound: only then does a statement prepared once for any values know it may read the index.
+# They are `models.WAITING` and `models.ANSWERED_QUESTION`, which tests/continuity/
+# test_indexes.py checks against the indexes PostgreSQL holds.
+# User messages that wait for their answer (queued, or being answered): `message_pending`.
+WAITING = "role = '{}' AND state IN ('{}', '{}')".format(Message.Role.USER, *Message.PENDING_STATES)
+# Those of one conversation; its one value is the conversation's id.
+PENDING = f"conversation_id = %s AND {WAITING}"
+# The answered questions of the shown branch: `message_answered_question`.
+ANSWERED_QUESTION = (
+    f"role = '{Message.Role.USER}' AND state = '{Message.State.DONE}' AND hidden_with_id IS NULL"
+)
 # The newest summary of the shown branch: one that covers turns now on a hidden branch (the
 # conversation was edited before its end) would put them back into the prompt.
 LATEST_SUMMARY = (
@@ -56,14 +69,13 @@ LATEST_SUMMARY = (
 )
 # The answered questions of the shown branch before a message (its values: the conversation,
 # the message, the conversation again), newest first. Written for the index of answered
-# questions (`message_answered_question`, whose condition is this one's, written out), which
+# questions (`message_answered_question`, whose condition is ANSWERED_QUESTION), which
 # holds exactly these rows in this order, whatever the statistics: the conversation and the
 # bound are one range of (conversation, id) pairs, which the primary key cannot serve. As
 # `conversation_id = %s AND id < %s`, a plan made for any value walked the message table's
 # primary key back from the message, through every other conversation's messages.
 QUESTIONS = (
-    f"q.role = '{Message.Role.USER}' AND q.state = '{Message.State.DONE}' "
-    "AND q.hidden_with_id IS NULL AND (q.conversation_id, q.id) < (%s, %s) "
+    f"{ANSWERED_QUESTION} AND (q.conversation_id, q.id) < (%s, %s) "
     "AND (q.conversation_id, q.id) > (%s, 0) ORDER BY q.conversation_id DESC, q.id DESC"
 )
 # Those the newest summary does not cover.
@@ -97,14 +109,6 @@ TURNS_SELECT = (
     f"{TURN_COLUMNS}FROM (SELECT q.id, q.role, q.text FROM continuity_message AS q "
     f"WHERE {QUESTIONS} LIMIT %s) AS t WHERE {AFTER_SUMMARY} ORDER BY t.id"
 )
-
-
-# User messages that wait for their answer (queued, or being answered). The role and states
-# are written out, not bound: only then does a statement prepared once for any values know it
-# may read the small index of waiting messages (`message_pending`), whose condition is this.
-WAITING = "role = '{}' AND state IN ('{}', '{}')".format(Message.Role.USER, *Message.PENDING_STATES)
-# Those of one conversation; its one value is the conversation's id.
-PENDING = f"conversation_id = %s AND {WAITING}"
 
 
 def summary_latest(*, conversation_id: int) -> Summary | None:

@@ -101,11 +101,7 @@ def conversation_locked(found: list[tuple]) -> Conversation | None:
 
 
 def pending_messages(conversation_id: int):
-    return Message.objects.filter(
-        conversation_id=conversation_id,
-        role=Message.Role.USER,
-        state__in=Message.PENDING_STATES,
-    ).order_by("id")
+    return Message.objects.filter(conversation_id=conversation_id).waiting().order_by("id")
 
 
 def attempt_begin(

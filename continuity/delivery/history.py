@@ -149,7 +149,7 @@ def counts_between(start: datetime, end: datetime) -> Counts:
 
 
 def queue_depth() -> int:
-    return Message.objects.filter(role=Message.Role.USER, state__in=Message.PENDING_STATES).count()
+    return Message.objects.waiting().count()
 
 
 def history_record() -> int:

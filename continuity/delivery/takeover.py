@@ -63,15 +63,7 @@ def conversation_take_over(*, conversation: Conversation, by, reason: str) -> No
 
 def waiting_for_support(conversation: Conversation) -> Message | None:
     """The person's oldest message not answered yet: what support's next reply answers."""
-    return (
-        conversation.messages.filter(
-            role=Message.Role.USER,
-            state__in=Message.PENDING_STATES,
-            hidden_with__isnull=True,
-        )
-        .order_by("id")
-        .first()
-    )
+    return conversation.messages.waiting().shown().order_by("id").first()
 
 
 @transaction.atomic
