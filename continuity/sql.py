@@ -15,7 +15,6 @@ import itertools
 import json
 from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, TypeVar
 
 from django.db import DEFAULT_DB_ALIAS, connections
@@ -23,7 +22,6 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
 from django.db.models import NOT_PROVIDED, Field, Model
 from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 
 if TYPE_CHECKING:
     from psycopg import Pipeline
@@ -214,29 +212,6 @@ def for_update() -> str:
 
 def for_share() -> str:
     return " FOR SHARE" if _db().features.has_select_for_update else ""
-
-
-def db_now() -> str:
-    """The database's clock, as Django's `Now()` writes it: hosts with skewed clocks agree."""
-    if _db().vendor == "postgresql":
-        return "STATEMENT_TIMESTAMP()"
-    return "STRFTIME('%%Y-%%m-%%d %%H:%%M:%%f', 'NOW')"
-
-
-def database_now() -> datetime:
-    """The database's clock, read: the moment `db_now()` would write."""
-    with _db().cursor() as cursor:
-        cursor.execute(f"SELECT {db_now()}", [])  # with parameters: SQLite's %% become %
-        return datetime_value(cursor.fetchone()[0])
-
-
-def datetime_value(value: datetime | str | None) -> datetime | None:
-    """A timestamp column as read back: SQLite holds UTC without a time zone."""
-    if isinstance(value, str):
-        value = parse_datetime(value)
-    if value is not None and value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    return value
 
 
 def json_value(value: str | None) -> object:

@@ -10,8 +10,8 @@ from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
+from continuity.database.clock import database_now
 from continuity.delivery.history import BUCKET, Counts, History, bucket_start, history_spans
-from continuity.sql import database_now
 
 from .charts import history_chart
 from .decorators import staff_required

@@ -28,7 +28,7 @@ from django.db.models import (
 from django.db.models.functions import Now, TruncHour
 from django.utils import timezone
 
-from continuity.delivery.attempts import db_now_plus
+from continuity.database.clock import db_now_plus
 from continuity.delivery.heartbeats import redis_client, stale_before
 from continuity.models import (
     Alert,

@@ -14,8 +14,9 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from continuity.database.clock import db_now_plus
 from continuity.delivery.alerts import alert_acknowledge, alerts_reach_someone
-from continuity.delivery.attempts import db_now_plus, reply_stop
+from continuity.delivery.attempts import reply_stop
 from continuity.delivery.conversations import (
     conversation_pause,
     conversation_resume,

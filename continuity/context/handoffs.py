@@ -14,6 +14,7 @@ from django.db.models import Max
 
 from .. import sql
 from ..brains import HandoffNote
+from ..database.clock import datetime_value
 from ..models import Conversation, Handoff, Run, sections_lines
 
 SECTIONS = ("current_state", "critical_context", "next_steps", "decisions")
@@ -52,7 +53,7 @@ def handoff_of(found: list[tuple]) -> Handoff | None:
     if not found:
         return None
     values = dict(zip(HANDOFF_COLUMNS, found[0], strict=True))
-    values["created_at"] = sql.datetime_value(values["created_at"])
+    values["created_at"] = datetime_value(values["created_at"])
     return sql.instance(Handoff, **values)
 
 

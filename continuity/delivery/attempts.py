@@ -17,7 +17,7 @@ from typing import Generic, TypeVar
 
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, transaction
-from django.db.models import DateTimeField, ExpressionWrapper, Model
+from django.db.models import ExpressionWrapper, Model
 from django.db.models.functions import Now
 
 from .. import sql
@@ -29,6 +29,7 @@ from ..context.handoffs import (
     handoff_of,
 )
 from ..context.memory import memory_remember_all
+from ..database.clock import db_now, db_now_plus
 from ..errors import (
     DATABASE_LOST,
     MODEL_BUSY,
@@ -61,11 +62,6 @@ def backoff_delay(failures: int) -> timedelta:
     return timedelta(seconds=steps[max(1, min(failures, len(steps))) - 1])
 
 
-def db_now_plus(delta: timedelta) -> ExpressionWrapper:
-    """A moment on the database's clock: hosts with skewed clocks still agree on it."""
-    return ExpressionWrapper(Now() + delta, output_field=DateTimeField())
-
-
 def crash_window_start() -> ExpressionWrapper:
     return db_now_plus(-timedelta(seconds=settings.CONTINUITY_CRASH_WINDOW_SECONDS))
 
@@ -86,7 +82,7 @@ def conversation_lock_statement(conversation_id: int) -> sql.Statement:
 
 def conversation_read() -> str:
     """What an attempt reads of its locked conversation: see `conversation_locked`."""
-    return f"id, owner_id, state, brain, retry_at IS NOT NULL AND retry_at > {sql.db_now()}"
+    return f"id, owner_id, state, brain, retry_at IS NOT NULL AND retry_at > {db_now()}"
 
 
 def conversation_locked(found: list[tuple]) -> Conversation | None:
@@ -351,7 +347,7 @@ def reply_store(
     Ending the run is the fence: an attempt that no longer owns the message stores nothing
     (the reply is stored only once the run has ended in `run_state`, and the caller's
     transaction rolls back the rest)."""
-    now = sql.db_now()
+    now = db_now()
     reply_insert, written = sql.insert_statement(
         Message,
         where=(

@@ -20,9 +20,10 @@ from django.db import (
     close_old_connections,
     connection,
 )
-from django.db.models import DateTimeField, ExpressionWrapper, QuerySet
+from django.db.models import ExpressionWrapper, QuerySet
 from django.db.models.functions import Now
 
+from ..database.clock import db_now_plus
 from ..live.events import redis_configured
 from ..models import Run, Worker
 
@@ -108,7 +109,7 @@ def keys_alive(keys: list[str]) -> set[str]:
 def stale_before() -> ExpressionWrapper:
     """Heartbeats older than this are stale. Written and compared on the database's clock, so
     workers and watchdogs on hosts with skewed clocks agree."""
-    return ExpressionWrapper(Now() - heartbeat_ttl(), output_field=DateTimeField())
+    return db_now_plus(-heartbeat_ttl())
 
 
 def stale_run_ids(runs: QuerySet[Run]) -> list[int]:

@@ -16,8 +16,8 @@ from datetime import UTC, datetime, timedelta
 from django.db.models import Count, F, Max, Min, Q, Sum, Value
 from django.db.models.functions import Greatest
 
+from ..database.clock import database_now
 from ..models import DeadLetter, HistoryBucket, Message, Recovery, Run
-from ..sql import database_now
 
 logger = logging.getLogger(__name__)
 

@@ -15,6 +15,7 @@ from kombu.exceptions import OperationalError
 from continuity.celery import app as celery_app
 
 from .. import sql
+from ..database.clock import db_now
 from ..errors import ClientIdReused, InvalidMessage
 from ..live.events import publish_conversations_changed, publish_message_changed
 from ..models import Conversation, Message
@@ -150,7 +151,7 @@ def drain_sent_at(*, conversation_id: int, unsent: bool = False) -> None:
     """When a drain was last sent (`unsent`: none, a send failed): the watchdog's clock for
     "lost". Best effort: a stale time costs a spare re-send or a later one, so its commit does
     not wait for the disk."""
-    sent_at = "NULL" if unsent else sql.db_now()
+    sent_at = "NULL" if unsent else db_now()
     try:
         with transaction.atomic():
             sql.batch(
@@ -246,7 +247,7 @@ def message_queue(*, conversation_id: int, text: str, **fields) -> Message:
     # Locking the conversation first makes message ids follow commit order, which is the order
     # in which the conversation is answered. One round trip for both, and the commit, which
     # stamps the drain's send too (`drain_send`).
-    now = sql.db_now()
+    now = db_now()
     _, stored = sql.batch(
         (
             f"UPDATE continuity_conversation SET updated_at = {now}, enqueued_at = {now} "

@@ -14,8 +14,9 @@ from django.conf import settings
 from django.db.models import Exists, F, OuterRef, Q
 from django.db.models.functions import Now
 
+from ..database.clock import db_now_plus
 from ..models import Conversation, CrashRecord, Handoff, Run
-from .attempts import attempt_end, db_now_plus, each_guarded, pending_messages, runs_reap
+from .attempts import attempt_end, each_guarded, pending_messages, runs_reap
 from .heartbeats import redis_client, stale_run_ids
 from .inbox import conversation_enqueue, drains_waiting
 from .workers import current_incarnation, process_gone

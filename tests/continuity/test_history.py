@@ -8,6 +8,7 @@ from datetime import timedelta
 import pytest
 from django.urls import reverse
 
+from continuity.database.clock import database_now
 from continuity.delivery.history import (
     Counts,
     bucket_start,
@@ -17,7 +18,6 @@ from continuity.delivery.history import (
 )
 from continuity.delivery.retention import history_prune
 from continuity.models import Conversation, DeadLetter, HistoryBucket, Message, Run
-from continuity.sql import database_now
 from tests.helpers.console import dead_letter_make
 from tests.helpers.factories import ConversationFactory, MessageFactory, UserFactory
 

@@ -10,9 +10,9 @@ from django.utils import timezone
 from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.parser import text_string_to_metric_families
 
+from continuity.database.clock import database_now
 from continuity.delivery.history import history_record
 from continuity.models import Conversation, DeadLetter, Message, Run, Worker
-from continuity.sql import database_now
 from tests.helpers.factories import ConversationFactory, MessageFactory
 
 pytestmark = pytest.mark.django_db

@@ -14,8 +14,8 @@ import uuid
 from playwright.sync_api import expect
 
 from continuity import celery_app
+from continuity.database.clock import database_now
 from continuity.models import Checkpoint, Message, ReplyChunk, Run
-from continuity.sql import database_now
 from tests.helpers.factories import ConversationFactory, UserFactory
 from tests.helpers.waiting import wait_for
 from tests.hosts.load import USERS, Load, promise_kept

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import time
 
+from continuity.database.clock import database_now
 from continuity.models import CrashRecord, Message, Run
-from continuity.sql import database_now
 from tests.helpers.waiting import wait_for
 from tests.hosts.load import Load, promise_kept
 from tests.hosts.pages import WatchingPage, servers_rendering
