@@ -23,7 +23,8 @@ from django.db.models import F, Q
 from ..errors import ClientIdReused, InvalidTransition
 from ..live.events import publish_branch_changed
 from ..models import Conversation, Message
-from .attempts import conversation_lock, pending_messages
+from .attempts.lease import pending_messages
+from .attempts.locking import conversation_lock
 from .dead_letters import dead_letter_replace
 from .inbox import message_clean_text, message_queue, same_text_or_refuse
 

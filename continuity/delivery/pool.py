@@ -27,7 +27,7 @@ from django.db.models import F, Max
 from django.db.models.functions import Now
 
 from ..models import Conversation, CrashRecord, Run
-from .attempts import runs_reap
+from .attempts.failures import runs_reap
 from .inbox import conversation_enqueue
 from .workers import current_incarnation
 

@@ -50,16 +50,12 @@ from ..errors import (
 from ..live.events import publish_conversation_changed, publish_reply_chunk
 from ..models import Conversation, Message, ReplyChunk, Run
 from ..ops.faults import fault_point
-from .attempts import (
-    Finished,
-    attempt_begin,
-    attempt_end,
-    attempt_finish,
-    attempt_start,
-    attempt_withdraw,
+from .attempts.failures import attempt_end, conversation_wait_for_model
+from .attempts.finish import Finished, attempt_finish
+from .attempts.lease import attempt_begin, attempt_start, attempt_withdraw
+from .attempts.locking import (
     checkpoint_insert,
     conversation_lock,
-    conversation_wait_for_model,
     fence_held,
     fenced_insert,
     run_lock_owned,

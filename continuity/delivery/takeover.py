@@ -19,7 +19,8 @@ from ..context.handoffs import handoff_revise, section_text
 from ..errors import InvalidTransition
 from ..live.events import publish_conversation_changed, publish_message_changed
 from ..models import Conversation, Handoff, Message, Run, StaffAction
-from .attempts import conversation_lock, reply_stop
+from .attempts.finish import reply_stop
+from .attempts.locking import conversation_lock
 from .audit import staff_action_record
 from .inbox import conversation_enqueue
 

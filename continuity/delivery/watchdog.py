@@ -16,7 +16,8 @@ from django.db.models.functions import Now
 
 from ..database.clock import db_now_plus
 from ..models import Conversation, CrashRecord, Handoff, Run
-from .attempts import attempt_end, each_guarded, pending_messages, runs_reap
+from .attempts.failures import attempt_end, each_guarded, runs_reap
+from .attempts.lease import pending_messages
 from .heartbeats import redis_client, stale_run_ids
 from .inbox import conversation_enqueue, drains_waiting
 from .workers import current_incarnation, process_gone

@@ -10,7 +10,7 @@ import uuid
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
-from continuity.delivery.attempts import attempt_begin
+from continuity.delivery.attempts.lease import attempt_begin
 from continuity.delivery.inbox import message_accept
 from continuity.live.events import publish_reply_chunk
 from continuity.models import Conversation, Message

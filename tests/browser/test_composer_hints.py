@@ -10,7 +10,7 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import Page, expect
 
-from continuity.delivery.attempts import attempt_begin
+from continuity.delivery.attempts.lease import attempt_begin
 from continuity.models import Conversation, Run
 from tests.helpers.browser import log_in
 from tests.helpers.factories import ConversationFactory, MessageFactory, UserFactory

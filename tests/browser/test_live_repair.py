@@ -13,7 +13,8 @@ import uuid
 import pytest
 from playwright.sync_api import Page, expect
 
-from continuity.delivery.attempts import attempt_begin, attempt_finish
+from continuity.delivery.attempts.finish import attempt_finish
+from continuity.delivery.attempts.lease import attempt_begin
 from continuity.delivery.inbox import message_accept
 from continuity.delivery.processing import chunk_store
 from continuity.live.events import publish_reply_chunk, publisher, publisher_close

@@ -130,7 +130,8 @@ def test_a_message_that_fails_again_after_its_owners_retry_is_left_for_staff(
 
 def dead_letter_make_for(message):
     """`message`, queued, dead-lettered as `dead_letter_make` does."""
-    from continuity.delivery.attempts import attempt_begin, attempt_end
+    from continuity.delivery.attempts.failures import attempt_end
+    from continuity.delivery.attempts.lease import attempt_begin
     from continuity.models import DeadLetter
 
     run = attempt_begin(conversation_id=message.conversation_id)

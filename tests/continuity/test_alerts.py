@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 from continuity.delivery.alerts import alert_mail, alerts_flush
-from continuity.delivery.attempts import attempt_begin
+from continuity.delivery.attempts.lease import attempt_begin
 from continuity.delivery.inbox import message_accept
 from continuity.models import Alert, Conversation, DeadLetter, Run
 from tests.helpers.processes import WatchdogProcess

@@ -14,7 +14,8 @@ from continuity.context.assembly import (
     run_context_text,
 )
 from continuity.context.memory import memory_fact_forget, memory_fact_revise, memory_remember
-from continuity.delivery.attempts import attempt_begin, attempt_end
+from continuity.delivery.attempts.failures import attempt_end
+from continuity.delivery.attempts.lease import attempt_begin
 from continuity.delivery.processing import context_assemble, drain_conversation
 from continuity.errors import AttemptStopped
 from continuity.models import Handoff, MemoryFact, Message, Run, RunContext, Summary

@@ -13,7 +13,8 @@ from django.utils import timezone
 
 from continuity.context.assembly import TURNS_SELECT
 from continuity.delivery.alerts import alerts_flush
-from continuity.delivery.attempts import attempt_begin, attempt_end, backoff_delay
+from continuity.delivery.attempts.failures import attempt_end, backoff_delay
+from continuity.delivery.attempts.lease import attempt_begin
 from continuity.delivery.conversations import conversation_resume
 from continuity.delivery.inbox import drain_send
 from continuity.errors import InvalidTransition

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from continuity.delivery.alerts import alert_acknowledge
-from continuity.delivery.attempts import attempt_begin, attempt_end
+from continuity.delivery.attempts.failures import attempt_end
+from continuity.delivery.attempts.lease import attempt_begin
 from continuity.delivery.dead_letters import (
     dead_letter_discard,
     dead_letter_retry,

@@ -10,7 +10,7 @@ import pytest
 from django.template.loader import render_to_string
 from django.utils import timezone
 
-from continuity.delivery.attempts import attempt_begin
+from continuity.delivery.attempts.lease import attempt_begin
 from continuity.delivery.inbox import message_accept
 from continuity.errors import MODEL_BUSY
 from continuity.models import Conversation, Message, Recovery, ReplyChunk, Run

@@ -6,7 +6,8 @@ import pytest
 from django.urls import reverse
 
 from continuity.context.handoffs import handoff_write
-from continuity.delivery.attempts import attempt_begin, attempt_end
+from continuity.delivery.attempts.failures import attempt_end
+from continuity.delivery.attempts.lease import attempt_begin
 from continuity.delivery.conversations import conversation_pause
 from continuity.delivery.processing import drain_conversation
 from continuity.models import Handoff, MemoryFact, Message, Run

@@ -9,7 +9,9 @@ import pytest
 from django.utils import timezone
 
 from continuity.delivery import processing
-from continuity.delivery.attempts import attempt_begin, attempt_end, attempt_finish
+from continuity.delivery.attempts.failures import attempt_end
+from continuity.delivery.attempts.finish import attempt_finish
+from continuity.delivery.attempts.lease import attempt_begin
 from continuity.delivery.heartbeats import RunHeartbeat, keys_alive, run_key, stale_run_ids
 from continuity.delivery.inbox import message_accept
 from continuity.delivery.processing import chunk_store, step
@@ -167,7 +169,7 @@ def test_a_drain_that_waited_for_the_lock_sees_the_lease_taken_meanwhile(convers
 
     from django.db import connection, transaction
 
-    from continuity.delivery.attempts import conversation_lock
+    from continuity.delivery.attempts.locking import conversation_lock
 
     message = message_accept(conversation=conversation, text="hello", client_id=uuid.uuid4())
     holding, release, outcomes = threading.Event(), threading.Event(), []

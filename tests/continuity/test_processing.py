@@ -441,7 +441,7 @@ def test_a_commit_whose_answer_was_lost_costs_the_next_message_nothing(
     crash)."""
     from django.db import OperationalError, transaction
 
-    from continuity.delivery import attempts
+    from continuity.delivery.attempts import finish
     from continuity.delivery.heartbeats import key_delete, run_key
     from continuity.delivery.watchdog import watchdog_tick
     from continuity.models import CrashRecord
@@ -450,7 +450,7 @@ def test_a_commit_whose_answer_was_lost_costs_the_next_message_nothing(
     send(conversation, "hello")
     drain_conversation(conversation_id=conversation.pk)  # a first exchange may be titled
     first, second = send(conversation, "note number 1"), send(conversation, "note number 2")
-    reply_and_next = attempts.reply_and_next
+    reply_and_next = finish.reply_and_next
 
     def answer_lost(**kwargs):
         def lost() -> None:
@@ -459,7 +459,7 @@ def test_a_commit_whose_answer_was_lost_costs_the_next_message_nothing(
         transaction.on_commit(lost)  # runs once the commit took, as the answer goes missing
         return reply_and_next(**kwargs)
 
-    monkeypatch.setattr(attempts, "reply_and_next", answer_lost)
+    monkeypatch.setattr(finish, "reply_and_next", answer_lost)
     drain_conversation(conversation_id=conversation.pk)
     monkeypatch.undo()
 

@@ -10,7 +10,8 @@ from django.test import Client
 from django.urls import reverse
 
 from continuity.context.recoveries import recovery_words, restored_of
-from continuity.delivery.attempts import attempt_begin, attempt_end
+from continuity.delivery.attempts.failures import attempt_end
+from continuity.delivery.attempts.lease import attempt_begin
 from continuity.delivery.processing import drain_conversation
 from continuity.errors import MODEL_BUSY, MODEL_UNAVAILABLE
 from continuity.models import Conversation, Handoff, Message, Recovery, RunContext, Summary

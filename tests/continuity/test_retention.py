@@ -7,7 +7,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from continuity.delivery.attempts import attempt_begin
+from continuity.delivery.attempts.lease import attempt_begin
 from continuity.delivery.inbox import message_accept
 from continuity.delivery.processing import drain_conversation
 from continuity.models import Checkpoint, Message, ReplyChunk

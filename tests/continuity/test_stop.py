@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from continuity.delivery.attempts import attempt_begin, attempt_finish, reply_stop
+from continuity.delivery.attempts.finish import attempt_finish, reply_stop
+from continuity.delivery.attempts.lease import attempt_begin
 from continuity.delivery.processing import chunk_store
 from continuity.errors import AttemptStopped, InvalidTransition
 from continuity.models import Message, Run

@@ -12,7 +12,7 @@ from django.urls import reverse
 from continuity import sql
 from continuity.context.assembly import SUPPORT_WROTE, turn_pairs, turns_statement
 from continuity.context.handoffs import handoff_latest
-from continuity.delivery.attempts import attempt_begin
+from continuity.delivery.attempts.lease import attempt_begin
 from continuity.delivery.branches import message_edit
 from continuity.delivery.processing import drain_conversation
 from continuity.delivery.takeover import (

@@ -11,7 +11,8 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from continuity.delivery.attempts import attempt_begin, runs_reap
+from continuity.delivery.attempts.failures import runs_reap
+from continuity.delivery.attempts.lease import attempt_begin
 from continuity.delivery.heartbeats import stale_run_ids
 from continuity.delivery.watchdog import (
     due_conversation_ids,
@@ -59,13 +60,13 @@ def test_a_run_that_beat_again_after_it_was_judged_stale_is_not_reaped(conversat
 
 
 def test_one_failing_item_does_not_stop_the_sweep(conversation, user, monkeypatch):
-    from continuity.delivery import attempts
+    from continuity.delivery.attempts import failures
 
     other = Conversation.objects.create(owner=user)
     for chat in (conversation, other):
         send(chat)
         age(Run, attempt_begin(conversation_id=chat.pk).pk, heartbeat_at=3)
-    real_end = attempts.attempt_end
+    real_end = failures.attempt_end
     first = Run.objects.order_by("id").first().pk
 
     def end_or_fail(*, run_id, **kwargs):
@@ -73,7 +74,7 @@ def test_one_failing_item_does_not_stop_the_sweep(conversation, user, monkeypatc
             raise RuntimeError("this run cannot be ended")
         return real_end(run_id=run_id, **kwargs)
 
-    monkeypatch.setattr(attempts, "attempt_end", end_or_fail)
+    monkeypatch.setattr(failures, "attempt_end", end_or_fail)
     assert watchdog_tick()["reaped"] == 1
     assert list(Run.objects.order_by("id").values_list("state", flat=True)) == [
         "running",

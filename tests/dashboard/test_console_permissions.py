@@ -9,7 +9,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from continuity.delivery.attempts import attempt_begin
+from continuity.delivery.attempts.lease import attempt_begin
 from continuity.models import Alert, Conversation, DeadLetter, Message, Run, StaffAction
 from tests.helpers.console import dead_letter_make
 from tests.helpers.factories import ConversationFactory, MessageFactory, UserFactory

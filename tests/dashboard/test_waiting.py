@@ -11,7 +11,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from continuity.delivery.attempts import attempt_begin
+from continuity.delivery.attempts.lease import attempt_begin
 from continuity.models import Alert, Conversation, Message, StaffAction
 from tests.helpers.factories import ConversationFactory, MessageFactory, UserFactory
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import uuid
 
-from continuity.delivery.attempts import attempt_begin, attempt_end
+from continuity.delivery.attempts.failures import attempt_end
+from continuity.delivery.attempts.lease import attempt_begin
 from continuity.delivery.inbox import message_accept
 from continuity.models import DeadLetter
 
