@@ -20,7 +20,7 @@ from django_htmx.http import HttpResponseClientRedirect, trigger_client_event
 
 from continuity.context.tokens import message_too_long
 from continuity.database.outages import database_unreachable
-from continuity.delivery.attempts import reply_stop
+from continuity.delivery.attempts.finish import reply_stop
 from continuity.delivery.conversations import conversation_retry_now
 from continuity.delivery.dead_letters import dead_letter_retry
 from continuity.delivery.inbox import conversation_start, message_accept

@@ -16,7 +16,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from continuity.database.clock import db_now_plus
 from continuity.delivery.alerts import alert_acknowledge, alerts_reach_someone
-from continuity.delivery.attempts import reply_stop
+from continuity.delivery.attempts.finish import reply_stop
 from continuity.delivery.conversations import (
     conversation_pause,
     conversation_resume,
