@@ -13,7 +13,7 @@ from tests.helpers.processes import WorkerProcess
 from tests.helpers.promise import LONG_REPLY, assert_promise_kept, wait_finished
 from tests.helpers.waiting import wait_for, wait_streaming
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
 
 
 def test_stop_mid_reply_keeps_the_partial_reply_and_answers_the_next_message(

@@ -186,7 +186,7 @@ def test_open_pages_are_told_which_exchanges_to_hide_and_show(chat):
     assert f'id="exchange-{edited.pk}"' in changed["html"]
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db
 def test_a_sync_reports_how_often_the_branch_changed(chat):
     store_reply(message_edit(message=last_question(chat), text="2", client_id=uuid.uuid4()), "ok")
     headers = session_headers(chat.owner)

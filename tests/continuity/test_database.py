@@ -33,14 +33,14 @@ def sent_by_check() -> tuple[bool, list[tuple[str, str, str]]]:
     return checked[0], protocol
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db
 def test_a_connection_in_steady_use_is_checked_without_asking_the_server():
     backend_pid()
     assert connection.is_usable()
     assert sent_by_check() == (True, [])
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db
 def test_a_connection_quiet_for_a_while_is_checked_by_the_server():
     backend_pid()
     connection.checked_at -= base.QUIET_SECONDS + 1
@@ -61,7 +61,7 @@ def test_a_connection_the_server_ended_is_replaced_before_the_next_task():
     assert connection.is_usable()
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db
 def test_a_connection_left_in_the_middle_of_a_command_is_unusable():
     # As a time limit that fires while a statement runs leaves it: the answer has arrived
     # (the socket is empty again) but was never read.
