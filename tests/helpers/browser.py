@@ -54,7 +54,9 @@ def off_the_loop(function: Callable[..., T], **kwargs) -> T:
     return outcome["value"]
 
 
-AXE = Path(__file__).resolve().parent / "node_modules" / "axe-core" / "axe.min.js"
+AXE = (
+    Path(__file__).resolve().parent.parent / "browser" / "node_modules" / "axe-core" / "axe.min.js"
+)
 
 
 def accessibility_violations(page: Page) -> list[str]:

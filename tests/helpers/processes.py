@@ -15,7 +15,7 @@ from devtools.processes import ChildProcess, WorkerChild, watchdog_argv
 from devtools.redis_server import free_port
 from tests.helpers.waiting import wait_for
 
-ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 _serial = itertools.count(1)
 
 # Fast clocks for tests; production defaults are in continuity/settings.py.
