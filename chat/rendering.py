@@ -44,9 +44,11 @@ def _highlight(code: str, language: str, _attributes: str) -> str:
     )
 
 
+# The GFM extensions the page's own renderer (marked, while a reply streams) applies too:
+# tables and strikethrough (tests/browser/test_markdown_parity.py).
 _markdown = MarkdownIt(
     "commonmark", {"html": False, "breaks": True, "highlight": _highlight}
-).enable("table")
+).enable(["table", "strikethrough"])
 
 
 def _image_as_link(self, tokens, idx, options, env) -> str:

@@ -18,6 +18,7 @@ from django.db.models import (
     Exists,
     ExpressionWrapper,
     F,
+    Max,
     Min,
     OuterRef,
     Q,
@@ -38,6 +39,7 @@ from continuity.models import (
     Message,
     Recovery,
     Run,
+    StaffAction,
     Worker,
 )
 
@@ -74,7 +76,7 @@ def running_attempts() -> QuerySet[Run]:
 
 
 def pending_messages() -> QuerySet[Message]:
-    return Message.objects.filter(role=Message.Role.USER, state__in=Message.PENDING_STATES)
+    return Message.objects.waiting()
 
 
 @dataclass(frozen=True)
@@ -289,3 +291,46 @@ def waiting_of(conversation: Conversation) -> Waiting:
         can_retry_now=active and backing_off and not conversation.answering,
         can_pause=active,
     )
+
+
+def crashes_within(*, hours: int) -> QuerySet[CrashRecord]:
+    """The crashes detected in the last `hours`, newest first (the model's order)."""
+    return CrashRecord.objects.filter(
+        detected_at__gte=db_now_plus(-timedelta(hours=hours))
+    ).select_related("conversation", "message", "run")
+
+
+def paused_conversations() -> QuerySet[Conversation]:
+    """Paused conversations, the most recently paused first, with their open crashes."""
+    return (
+        Conversation.objects.filter(state=Conversation.State.PAUSED)
+        .select_related("owner")
+        .annotate(
+            open_crashes=Count("crashes", filter=Q(crashes__resolved_at=None), distinct=True),
+            last_crash=Max("crashes__detected_at"),
+            paused_at=Max("alerts__created_at"),
+        )
+        .order_by("-paused_at", "-id")
+    )
+
+
+def conversation_record(conversation: Conversation) -> dict[str, QuerySet]:
+    """What staff read of one conversation's past: its crashes, attempts, alerts, dead letters
+    and staff actions, the newest of each."""
+    return {
+        "crashes": conversation.crashes.select_related("message", "run")[:200],
+        "runs": conversation.runs.select_related("message").order_by("-id")[:50],
+        "alerts": conversation.alerts.all()[:50],
+        "dead_letters": conversation.dead_letters.all()[:50],
+        "actions": StaffAction.objects.filter(conversation=conversation)[:100],
+    }
+
+
+def alerts_shown(show: str) -> QuerySet[Alert]:
+    """The alerts a staff member asked for: "open", "acknowledged", or any other value for all."""
+    found = Alert.objects.select_related("conversation", "acknowledged_by")
+    if show == "open":
+        return found.filter(acknowledged_at=None)
+    if show == "acknowledged":
+        return found.exclude(acknowledged_at=None)
+    return found

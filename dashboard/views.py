@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from django.conf import settings
 from django.contrib import messages
 from django.core.paginator import Paginator
-from django.db.models import Count, Max, Q
 from django.forms import Form
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from continuity.database.clock import db_now_plus
 from continuity.delivery.alerts import alert_acknowledge, alerts_reach_someone
 from continuity.delivery.attempts.finish import reply_stop
 from continuity.delivery.conversations import (
@@ -23,7 +19,7 @@ from continuity.delivery.conversations import (
     conversation_retry_now,
 )
 from continuity.errors import InvalidTransition
-from continuity.models import Alert, Conversation, CrashRecord, Message, Run, StaffAction
+from continuity.models import Alert, Conversation, Message, Run
 
 from . import selectors
 from .charts import timeline_chart
@@ -63,9 +59,7 @@ def index(request: HttpRequest) -> HttpResponse:
 @staff_required
 def crashes(request: HttpRequest) -> HttpResponse:
     hours = 24 * 7 if request.GET.get("period") == "week" else 24
-    found = CrashRecord.objects.filter(
-        detected_at__gte=db_now_plus(-timedelta(hours=hours))
-    ).select_related("conversation", "message", "run")
+    found = selectors.crashes_within(hours=hours)
     return render(
         request,
         "dashboard/crashes.html",
@@ -81,16 +75,7 @@ def crashes(request: HttpRequest) -> HttpResponse:
 @require_GET
 @staff_required
 def paused(request: HttpRequest) -> HttpResponse:
-    conversations = (
-        Conversation.objects.filter(state=Conversation.State.PAUSED)
-        .select_related("owner")
-        .annotate(
-            open_crashes=Count("crashes", filter=Q(crashes__resolved_at=None), distinct=True),
-            last_crash=Max("crashes__detected_at"),
-            paused_at=Max("alerts__created_at"),
-        )
-        .order_by("-paused_at", "-id")
-    )
+    conversations = selectors.paused_conversations()
     return render(
         request,
         "dashboard/paused.html",
@@ -227,11 +212,7 @@ def conversation_page(
             "chart": timeline_chart(
                 selectors.crash_timeline(hours=24 * 7, crashes=conversation.crashes.all())
             ),
-            "crashes": conversation.crashes.select_related("message", "run")[:200],
-            "runs": conversation.runs.select_related("message").order_by("-id")[:50],
-            "alerts": conversation.alerts.all()[:50],
-            "dead_letters": conversation.dead_letters.all()[:50],
-            "actions": StaffAction.objects.filter(conversation=conversation)[:100],
+            **selectors.conversation_record(conversation),
             "resume_form": resume_form or ReasonForm(),
         },
         status=status,
@@ -268,11 +249,7 @@ def conversation_resume_view(request: HttpRequest, pk: int) -> HttpResponse:
 @staff_required
 def alerts(request: HttpRequest) -> HttpResponse:
     show = request.GET.get("show", "open")
-    found = Alert.objects.select_related("conversation", "acknowledged_by")
-    if show == "open":
-        found = found.filter(acknowledged_at=None)
-    elif show == "acknowledged":
-        found = found.exclude(acknowledged_at=None)
+    found = selectors.alerts_shown(show)
     return render(
         request,
         "dashboard/alerts.html",

@@ -241,6 +241,8 @@
       renderer: {
         html: ({ text }) => escape(text),
         image: ({ href, text }) => `<a href="${escape(href || "")}">${escape(text || href || "")}</a>`,
+        // A task list item shows its box as the stored reply does: as the text "[ ]" or "[x]".
+        checkbox: ({ checked }) => (checked ? "[x] " : "[ ] "),
       },
     });
     DOMPurify.addHook("afterSanitizeAttributes", (node) => {
