@@ -4,6 +4,7 @@ import uuid
 from datetime import datetime
 
 from django import template
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.dateformat import format as date_format
 from django.utils.html import format_html
@@ -57,3 +58,11 @@ def new_client_id() -> str:
 def support_name(user) -> str:
     """A person from support as the user sees them; an account since deleted is "Someone"."""
     return takeover_support_name(user) if user is not None else "Someone"
+
+
+@register.simple_tag
+def posts_to(target: str, *args) -> SafeString:
+    """A form's method, action and hx-post, naming its URL once: the form posts with htmx, and
+    as a plain form without JavaScript. `target`: a URL, or a URL pattern's name with `args`."""
+    url = target if target.startswith("/") else reverse(target, args=args)
+    return format_html('method="post" action="{0}" hx-post="{0}"', url)
