@@ -7,7 +7,7 @@ from . import views
 urlpatterns = [
     path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
-    path("signup/", views.signup, name="signup"),
+    path("signup/", views.signup_view, name="signup"),
     # Django's view keeps this session logged in (update_session_auth_hash) and ends the others.
     path(
         "password/",

@@ -151,7 +151,7 @@ def version_show_view(request: HttpRequest, pk: int, message_pk: int) -> HttpRes
 @never_cache
 @require_GET
 @login_required_or_401
-def exchanges_older(request: HttpRequest, pk: int) -> HttpResponse:
+def exchanges_older_view(request: HttpRequest, pk: int) -> HttpResponse:
     """The page of exchanges before `before`, with the link to the ones before those."""
     conversation = own_conversation(request, pk)
     try:

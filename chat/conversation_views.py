@@ -122,7 +122,7 @@ def highlighted(snippet: str) -> str:
 @never_cache
 @require_GET
 @login_required_or_401
-def search(request: HttpRequest) -> HttpResponse:
+def search_view(request: HttpRequest) -> HttpResponse:
     query = request.GET.get("q", "")[:200]
     hits = [
         {"hit": hit, "snippet": highlighted(hit.snippet)}
@@ -138,7 +138,7 @@ def search(request: HttpRequest) -> HttpResponse:
 @never_cache
 @require_GET
 @login_required_or_401
-def conversation_list(request: HttpRequest) -> HttpResponse:
+def conversation_list_view(request: HttpRequest) -> HttpResponse:
     archived = request.GET.get("archived") == "1"
     found = conversations_of(request.user).filter(archived_at__isnull=not archived)
     return render(

@@ -60,14 +60,14 @@ def memory_done(request: HttpRequest, notice: str) -> HttpResponse:
 @never_cache
 @require_GET
 @login_required
-def memory(request: HttpRequest) -> HttpResponse:
+def memory_view(request: HttpRequest) -> HttpResponse:
     return memory_page(request, rows=fact_rows(request))
 
 
 @never_cache
 @require_GET
 @login_required
-def memory_fact_forget(request: HttpRequest, pk: int) -> HttpResponse:
+def memory_fact_forget_view(request: HttpRequest, pk: int) -> HttpResponse:
     """Asks before forgetting: the same page, with a confirmation in place of the fact."""
     fact = get_object_or_404(facts.memory_facts_of(request.user), pk=pk)
     return memory_page(request, rows=fact_rows(request), confirm=fact)
@@ -76,7 +76,7 @@ def memory_fact_forget(request: HttpRequest, pk: int) -> HttpResponse:
 @never_cache
 @require_POST
 @login_required_or_401
-def memory_fact_edit(request: HttpRequest, pk: int) -> HttpResponse:
+def memory_fact_edit_view(request: HttpRequest, pk: int) -> HttpResponse:
     fact = get_object_or_404(facts.memory_facts_of(request.user), pk=pk)
     form = MemoryFactForm(request.POST, auto_id=f"fact-{fact.pk}-%s")
     if not form.is_valid():

@@ -55,14 +55,14 @@ def notes_page(
 @never_cache
 @require_GET
 @login_required
-def conversation_notes(request: HttpRequest, pk: int) -> HttpResponse:
+def conversation_notes_view(request: HttpRequest, pk: int) -> HttpResponse:
     return notes_page(request, own_conversation(request, pk), CorrectionForm())
 
 
 @never_cache
 @require_POST
 @login_required
-def conversation_note_correct(request: HttpRequest, pk: int) -> HttpResponse:
+def conversation_note_correct_view(request: HttpRequest, pk: int) -> HttpResponse:
     conversation = own_conversation(request, pk)
     form = CorrectionForm(request.POST)
     if not form.is_valid():
@@ -77,7 +77,7 @@ def conversation_note_correct(request: HttpRequest, pk: int) -> HttpResponse:
 @never_cache
 @require_POST
 @login_required
-def conversation_note_forget(request: HttpRequest, pk: int) -> HttpResponse:
+def conversation_note_forget_view(request: HttpRequest, pk: int) -> HttpResponse:
     conversation = own_conversation(request, pk)
     form = ForgetLineForm(request.POST)
     if not form.is_valid():

@@ -59,7 +59,7 @@ def recovery_page(request: HttpRequest, recovery: Recovery, form: CorrectionForm
 @never_cache
 @require_GET
 @login_required
-def recovery_detail(request: HttpRequest, pk: int, recovery_pk: int) -> HttpResponse:
+def recovery_detail_view(request: HttpRequest, pk: int, recovery_pk: int) -> HttpResponse:
     """The stored context of the resuming attempt, readable: exactly what the assistant was
     given after the restart."""
     return recovery_page(request, recovery_of(request, pk, recovery_pk), CorrectionForm())
@@ -68,7 +68,7 @@ def recovery_detail(request: HttpRequest, pk: int, recovery_pk: int) -> HttpResp
 @never_cache
 @require_POST
 @login_required
-def recovery_correct(request: HttpRequest, pk: int, recovery_pk: int) -> HttpResponse:
+def recovery_correct_view(request: HttpRequest, pk: int, recovery_pk: int) -> HttpResponse:
     recovery = recovery_of(request, pk, recovery_pk)
     form = CorrectionForm(request.POST)
     if not form.is_valid():

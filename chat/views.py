@@ -173,7 +173,7 @@ def composer_conflict(
 
 @never_cache
 @require_http_methods(["GET", "POST"])
-def signup(request: HttpRequest) -> HttpResponse:
+def signup_view(request: HttpRequest) -> HttpResponse:
     form = UserCreationForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         # Named because axes adds a second backend; a new account has no failures to count.
@@ -187,7 +187,7 @@ def signup(request: HttpRequest) -> HttpResponse:
 @never_cache
 @require_GET
 @login_required
-def home(request: HttpRequest) -> HttpResponse:
+def home_view(request: HttpRequest) -> HttpResponse:
     return render(request, PAGE, page_context(request, None, NewConversationForm.blank()))
 
 
@@ -195,7 +195,7 @@ def home(request: HttpRequest) -> HttpResponse:
 @require_POST
 @made_again_through_outages
 @login_required_or_401
-def conversation_new(request: HttpRequest) -> HttpResponse:
+def conversation_new_view(request: HttpRequest) -> HttpResponse:
     form = NewConversationForm(request.POST)
     if not form.is_valid():
         return composer_invalid(request, None, form)
@@ -220,7 +220,7 @@ def conversation_new(request: HttpRequest) -> HttpResponse:
 @never_cache
 @require_GET
 @login_required
-def conversation_detail(request: HttpRequest, pk: int) -> HttpResponse:
+def conversation_detail_view(request: HttpRequest, pk: int) -> HttpResponse:
     conversation = own_conversation(request, pk)
     return render(request, PAGE, page_context(request, conversation, MessageForm.blank()))
 
@@ -229,7 +229,7 @@ def conversation_detail(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 @made_again_through_outages
 @login_required_or_401
-def message_send(request: HttpRequest, pk: int) -> HttpResponse:
+def message_send_view(request: HttpRequest, pk: int) -> HttpResponse:
     conversation = own_conversation(request, pk)
     form = MessageForm(request.POST)
     if not form.is_valid():
@@ -262,7 +262,7 @@ def message_send(request: HttpRequest, pk: int) -> HttpResponse:
 @never_cache
 @require_POST
 @login_required_or_401
-def retry_now(request: HttpRequest, pk: int) -> HttpResponse:
+def retry_now_view(request: HttpRequest, pk: int) -> HttpResponse:
     """*Retry now* while a retry waits out its backoff; refused (409) once there is none."""
     conversation = own_conversation(request, pk)
     try:

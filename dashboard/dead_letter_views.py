@@ -69,7 +69,7 @@ def dead_letters_matching(form: DeadLetterFilterForm) -> QuerySet[DeadLetter]:
 @never_cache
 @require_GET
 @staff_required
-def dead_letter_list(request: HttpRequest) -> HttpResponse:
+def dead_letter_list_view(request: HttpRequest) -> HttpResponse:
     form = filter_form(request.GET)
     found = dead_letters_matching(form)
     page = Paginator(found, PAGE_SIZE).get_page(request.GET.get("page"))
@@ -189,7 +189,7 @@ def dead_letter_of(pk: int) -> DeadLetter:
 @never_cache
 @require_GET
 @staff_required
-def dead_letter_detail(request: HttpRequest, pk: int) -> HttpResponse:
+def dead_letter_detail_view(request: HttpRequest, pk: int) -> HttpResponse:
     return detail_page(request, dead_letter_of(pk))
 
 
@@ -274,7 +274,7 @@ def bulk_selection(request: HttpRequest, form: BulkForm) -> QuerySet[DeadLetter]
 
 @require_POST
 @staff_required
-def dead_letter_bulk(request: HttpRequest) -> HttpResponse:
+def dead_letter_bulk_view(request: HttpRequest) -> HttpResponse:
     """First post: a confirmation page naming how many. Second post (confirmed): the action,
     on exactly the dead letters listed on that page that are still pending."""
     form = BulkForm(request.POST)

@@ -164,7 +164,7 @@ def access_refused(request: HttpRequest) -> HttpResponse | None:
 
 @never_cache
 @require_GET
-def metrics_endpoint(request: HttpRequest) -> HttpResponse:
+def metrics_view(request: HttpRequest) -> HttpResponse:
     if refused := access_refused(request):
         return refused
     return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

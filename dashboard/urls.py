@@ -4,10 +4,10 @@ from . import dead_letter_views, history_views, takeover_views, views, worker_vi
 
 app_name = "dashboard"
 urlpatterns = [
-    path("", views.index, name="index"),
-    path("dead-letters/", dead_letter_views.dead_letter_list, name="dead_letters"),
-    path("dead-letters/bulk/", dead_letter_views.dead_letter_bulk, name="dead_letters_bulk"),
-    path("dead-letters/<int:pk>/", dead_letter_views.dead_letter_detail, name="dead_letter"),
+    path("", views.index_view, name="index"),
+    path("dead-letters/", dead_letter_views.dead_letter_list_view, name="dead_letters"),
+    path("dead-letters/bulk/", dead_letter_views.dead_letter_bulk_view, name="dead_letters_bulk"),
+    path("dead-letters/<int:pk>/", dead_letter_views.dead_letter_detail_view, name="dead_letter"),
     path(
         "dead-letters/<int:pk>/retry/",
         dead_letter_views.dead_letter_retry_view,
@@ -23,19 +23,19 @@ urlpatterns = [
         dead_letter_views.dead_letter_discard_view,
         name="dead_letter_discard",
     ),
-    path("runs/<int:pk>/stop/", views.run_stop, name="run_stop"),
-    path("messages/", views.message_find, name="message_find"),
+    path("runs/<int:pk>/stop/", views.run_stop_view, name="run_stop"),
+    path("messages/", views.message_find_view, name="message_find"),
     path("messages/<int:pk>/timeline/", views.message_timeline_view, name="message_timeline"),
-    path("crashes/", views.crashes, name="crashes"),
-    path("paused/", views.paused, name="paused"),
-    path("waiting/", views.waiting, name="waiting"),
+    path("crashes/", views.crashes_view, name="crashes"),
+    path("paused/", views.paused_view, name="paused"),
+    path("waiting/", views.waiting_view, name="waiting"),
     path(
         "conversations/<int:pk>/retry-now/",
         views.conversation_retry_now_view,
         name="conversation_retry_now",
     ),
     path("conversations/<int:pk>/pause/", views.conversation_pause_view, name="conversation_pause"),
-    path("conversations/<int:pk>/", views.conversation_detail, name="conversation"),
+    path("conversations/<int:pk>/", views.conversation_detail_view, name="conversation"),
     path("conversations/<int:pk>/take-over/", takeover_views.take_over_view, name="take_over"),
     path("conversations/<int:pk>/reply/", takeover_views.staff_reply_view, name="staff_reply"),
     path("conversations/<int:pk>/hand-back/", takeover_views.hand_back_view, name="hand_back"),
@@ -52,6 +52,6 @@ urlpatterns = [
         worker_views.worker_command_view,
         name="worker_command",
     ),
-    path("alerts/", views.alerts, name="alerts"),
+    path("alerts/", views.alerts_view, name="alerts"),
     path("alerts/<int:pk>/acknowledge/", views.alert_acknowledge_view, name="alert_acknowledge"),
 ]

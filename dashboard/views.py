@@ -34,7 +34,7 @@ PAGE_SIZE = 50
 @never_cache
 @require_GET
 @staff_required
-def index(request: HttpRequest) -> HttpResponse:
+def index_view(request: HttpRequest) -> HttpResponse:
     """Live state at a glance; htmx polls the overview partial, a reload renders it whole."""
     template = "dashboard/index.html#overview" if request.htmx else "dashboard/index.html"
     return render(
@@ -57,7 +57,7 @@ def index(request: HttpRequest) -> HttpResponse:
 @never_cache
 @require_GET
 @staff_required
-def crashes(request: HttpRequest) -> HttpResponse:
+def crashes_view(request: HttpRequest) -> HttpResponse:
     hours = 24 * 7 if request.GET.get("period") == "week" else 24
     found = selectors.crashes_within(hours=hours)
     return render(
@@ -74,7 +74,7 @@ def crashes(request: HttpRequest) -> HttpResponse:
 @never_cache
 @require_GET
 @staff_required
-def paused(request: HttpRequest) -> HttpResponse:
+def paused_view(request: HttpRequest) -> HttpResponse:
     conversations = selectors.paused_conversations()
     return render(
         request,
@@ -102,7 +102,7 @@ def waiting_page(request, *, invalid: tuple[int, str, Form] | None = None, statu
 @never_cache
 @require_GET
 @staff_required
-def waiting(request: HttpRequest) -> HttpResponse:
+def waiting_view(request: HttpRequest) -> HttpResponse:
     """Sidekiq's Retries and Scheduled in one: every conversation with messages waiting, why,
     for how long, and when it is tried next."""
     return waiting_page(request)
@@ -161,7 +161,7 @@ def message_timeline_view(request: HttpRequest, pk: int) -> HttpResponse:
 @never_cache
 @require_GET
 @staff_required
-def message_find(request: HttpRequest) -> HttpResponse:
+def message_find_view(request: HttpRequest) -> HttpResponse:
     """A message id (as the user's page has it, #exchange-<id>) to its timeline."""
     found = request.GET.get("id", "").strip().removeprefix("#").removeprefix("exchange-")
     if (
@@ -181,7 +181,7 @@ def run_stop_page(request, run, form, status=200) -> HttpResponse:
 @never_cache
 @require_http_methods(["GET", "POST"])
 @staff_required
-def run_stop(request: HttpRequest, pk: int) -> HttpResponse:
+def run_stop_view(request: HttpRequest, pk: int) -> HttpResponse:
     """*Stop* a reply being written (the user's own Stop, by staff), after a confirmation page:
     the overview's tables refresh every 5 s and would wipe a reason typed in them."""
     run = get_object_or_404(Run.objects.select_related("conversation", "message"), pk=pk)
@@ -222,7 +222,7 @@ def conversation_page(
 @never_cache
 @require_GET
 @staff_required
-def conversation_detail(request: HttpRequest, pk: int) -> HttpResponse:
+def conversation_detail_view(request: HttpRequest, pk: int) -> HttpResponse:
     conversation = get_object_or_404(Conversation.objects.select_related("owner"), pk=pk)
     return conversation_page(request, conversation)
 
@@ -247,7 +247,7 @@ def conversation_resume_view(request: HttpRequest, pk: int) -> HttpResponse:
 @never_cache
 @require_GET
 @staff_required
-def alerts(request: HttpRequest) -> HttpResponse:
+def alerts_view(request: HttpRequest) -> HttpResponse:
     show = request.GET.get("show", "open")
     found = selectors.alerts_shown(show)
     return render(

@@ -50,7 +50,7 @@ document.addEventListener("htmx:afterSwap", (event) => {
 
 // Below 720px the sidebar is a drawer. Without JavaScript its link opens it as the :target;
 // here the link acts as a button that toggles it and moves focus in and back out.
-export const sidebar = () => document.getElementById("conversations");
+const sidebar = () => document.getElementById("conversations");
 const drawerToggle = () => document.querySelector("[data-drawer-open]");
 const drawerShown = () => !!sidebar() && getComputedStyle(sidebar()).display !== "none";
 

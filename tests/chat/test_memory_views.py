@@ -177,7 +177,8 @@ def test_the_page_says_facts_are_per_user_across_conversations(owner_client):
     assert f'href="{reverse("chat:memory")}"' in html  # the account nav links here
 
 
-@pytest.mark.django_db
+# Real commits: the attempt's heartbeat runs on a connection of its own, which must see its run.
+@pytest.mark.django_db(transaction=True)
 def test_a_deleted_fact_is_not_in_the_next_runs_context(owner_client, conversation):
     def ask(text: str) -> str:
         message = message_accept(conversation=conversation, text=text, client_id=uuid.uuid4())

@@ -134,7 +134,7 @@ def test_forgetting_a_fact_takes_it_out_of_every_note_and_summary(user):
 
 # Real commits: a model server's probes can take past a heartbeat, and the heartbeat's own
 # connection must see the attempt's run, or it ends the attempt as if the run were ended elsewhere.
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)
 def test_a_forgotten_fact_is_in_no_later_prompt_a_model_is_sent(user, settings):
     fake = FakeOpenAI(delay=0).start()
     settings.CONTINUITY_OPENAI_BASE_URL = fake.url
