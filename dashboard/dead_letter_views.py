@@ -4,15 +4,13 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.core.paginator import Paginator
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
-from django.utils.dateparse import parse_datetime
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
-from continuity.context.assembly import run_context_text
 from continuity.delivery.dead_letters import (
     dead_letter_discard,
     dead_letter_retry,
@@ -20,50 +18,21 @@ from continuity.delivery.dead_letters import (
     dead_letters_retry,
 )
 from continuity.errors import InvalidMessage, InvalidTransition
-from continuity.models import Conversation, DeadLetter, Message, Run, RunContext, StaffAction
+from continuity.models import Conversation, DeadLetter, Message
 
+from . import selectors
 from .decorators import staff_required
 from .forms import BulkForm, DeadLetterFilterForm, EditAndRetryForm, OptionalReasonForm, ReasonForm
 
 PAGE_SIZE = 25
-AROUND = 3  # exchanges shown before and after the dead message
 
 
 def filter_form(data: QueryDict) -> DeadLetterFilterForm:
-    classes = (
-        DeadLetter.objects.exclude(error_class="")
-        .order_by("error_class")
-        .values_list("error_class", flat=True)
-        .distinct()
-    )
-    return DeadLetterFilterForm(data, error_classes=list(classes))
+    return DeadLetterFilterForm(data, error_classes=selectors.dead_letter_error_classes())
 
 
-def dead_letters_matching(form: DeadLetterFilterForm) -> QuerySet[DeadLetter]:
-    found = DeadLetter.objects.select_related("owner", "conversation", "message")
-    if not form.is_valid():
-        return found.none()
-    data = form.cleaned_data
-    if query := data["q"].strip():
-        match = (
-            Q(owner__username__icontains=query)
-            | Q(conversation__title__icontains=query)
-            | Q(message__text__icontains=query)
-            | Q(reason__icontains=query)
-            | Q(error_class__icontains=query)
-        )
-        if query.isdigit():
-            match |= Q(conversation_id=int(query)) | Q(message_id=int(query))
-        found = found.filter(match)
-    if data["status"]:
-        found = found.filter(status=data["status"])
-    if data["error_class"]:
-        found = found.filter(error_class=data["error_class"])
-    if data["since"]:
-        found = found.filter(created_at__date__gte=data["since"])
-    if data["until"]:
-        found = found.filter(created_at__date__lte=data["until"])
-    return found.order_by("-created_at", "-id")
+def filtered(form: DeadLetterFilterForm) -> QuerySet[DeadLetter]:
+    return selectors.dead_letters_matching(form.cleaned_data if form.is_valid() else None)
 
 
 @never_cache
@@ -71,7 +40,7 @@ def dead_letters_matching(form: DeadLetterFilterForm) -> QuerySet[DeadLetter]:
 @staff_required
 def dead_letter_list_view(request: HttpRequest) -> HttpResponse:
     form = filter_form(request.GET)
-    found = dead_letters_matching(form)
+    found = filtered(form)
     page = Paginator(found, PAGE_SIZE).get_page(request.GET.get("page"))
     filters = request.GET.copy()
     filters.pop("page", None)
@@ -85,72 +54,6 @@ def dead_letter_list_view(request: HttpRequest) -> HttpResponse:
             "matching_pending": found.filter(status=DeadLetter.Status.PENDING).count(),
         },
     )
-
-
-def exchanges_around(message: Message) -> list[Message]:
-    """The user messages just before and after this one, with their replies."""
-    asked = Message.objects.filter(
-        conversation_id=message.conversation_id, role=Message.Role.USER
-    ).select_related("reply")
-    before = list(asked.filter(pk__lt=message.pk).order_by("-pk")[:AROUND])[::-1]
-    after = list(asked.filter(pk__gt=message.pk).order_by("pk")[:AROUND])
-    return [*before, message, *after]
-
-
-def attempts_of(dead_letter: DeadLetter) -> list[dict]:
-    """Every attempt with the context it was given; from the stored runs while retention keeps
-    them, else from the snapshot taken when the message was dead-lettered."""
-    runs = list(dead_letter.message.runs.order_by("id"))
-    if not runs:
-        return [
-            {
-                **attempt,
-                "snapshot": True,
-                "started_at": parse_datetime(attempt.get("started_at") or ""),
-                **attempt_end(
-                    Run(
-                        state=attempt.get("state", ""),
-                        started_at=parse_datetime(attempt.get("started_at") or ""),
-                        ended_at=parse_datetime(attempt.get("ended_at") or ""),
-                        # Snapshots taken before it was kept have no heartbeat: the end stands.
-                        heartbeat_at=parse_datetime(attempt.get("heartbeat_at") or ""),
-                    )
-                ),
-            }
-            for attempt in dead_letter.attempts
-        ]
-    contexts = {c.run_id: c for c in RunContext.objects.filter(run__in=runs)}
-    return [
-        {
-            "attempt": run.attempt,
-            "run": run,
-            "state": run.get_state_display(),
-            "worker": run.worker or run.node,
-            "started_at": run.started_at,
-            **attempt_end(run),
-            "error": run.error,
-            "traceback": run.traceback,
-            "context": run_context_text(contexts[run.pk]) if run.pk in contexts else "",
-        }
-        for run in runs
-    ]
-
-
-def attempt_end(run) -> dict:
-    """When an attempt really ended, and when that was noticed. A crashed process wrote
-    nothing at its death: its last heartbeat is its last sign of life, and `ended_at` is when
-    the watchdog noticed, up to a heartbeat TTL later. The duration runs to the real end."""
-    if run.state == Run.State.CRASHED and run.heartbeat_at is not None:
-        return {
-            "ended_at": run.heartbeat_at,
-            "noticed_at": run.ended_at,
-            "duration": run.heartbeat_at - run.started_at if run.started_at else None,
-        }
-    return {
-        "ended_at": run.ended_at,
-        "noticed_at": None,
-        "duration": run.ended_at - run.started_at if run.ended_at and run.started_at else None,
-    }
 
 
 def detail_page(request, dead_letter, *, forms=None, status=200) -> HttpResponse:
@@ -167,9 +70,9 @@ def detail_page(request, dead_letter, *, forms=None, status=200) -> HttpResponse
         {
             "dead_letter": dead_letter,
             "message": message,
-            "around": exchanges_around(message),
-            "attempts": attempts_of(dead_letter),
-            "actions": StaffAction.objects.filter(dead_letter=dead_letter),
+            "around": selectors.exchanges_around(message),
+            "attempts": selectors.attempts_of(dead_letter),
+            "actions": selectors.dead_letter_actions(dead_letter),
             "paused": dead_letter.conversation.state == Conversation.State.PAUSED,
             **forms,
         },
@@ -265,7 +168,7 @@ def dead_letter_discard_view(request: HttpRequest, pk: int) -> HttpResponse:
 def bulk_selection(request: HttpRequest, form: BulkForm) -> QuerySet[DeadLetter]:
     """The pending dead letters the staff member picked: ticked ids, or a whole filter."""
     if form.cleaned_data["scope"] == "matching":
-        found = dead_letters_matching(filter_form(QueryDict(form.cleaned_data["query"])))
+        found = filtered(filter_form(QueryDict(form.cleaned_data["query"])))
     else:
         ids = [int(i) for i in request.POST.getlist("ids") if i.isdigit()]
         found = DeadLetter.objects.filter(pk__in=ids)

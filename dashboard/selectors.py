@@ -28,7 +28,9 @@ from django.db.models import (
 )
 from django.db.models.functions import Now, TruncHour
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
+from continuity.context.assembly import run_context_text
 from continuity.database.clock import db_now_plus
 from continuity.delivery.heartbeats import redis_client, stale_before
 from continuity.models import (
@@ -39,6 +41,7 @@ from continuity.models import (
     Message,
     Recovery,
     Run,
+    RunContext,
     StaffAction,
     Worker,
 )
@@ -334,3 +337,114 @@ def alerts_shown(show: str) -> QuerySet[Alert]:
     if show == "acknowledged":
         return found.exclude(acknowledged_at=None)
     return found
+
+
+def dead_letter_error_classes() -> list[str]:
+    """The error classes of the dead letters there are, for the filter's choices."""
+    return list(
+        DeadLetter.objects.exclude(error_class="")
+        .order_by("error_class")
+        .values_list("error_class", flat=True)
+        .distinct()
+    )
+
+
+def dead_letters_matching(data: dict | None) -> QuerySet[DeadLetter]:
+    """The dead letters a staff member's filter matches (its cleaned data; none for None, a
+    filter that is not valid), the newest first."""
+    found = DeadLetter.objects.select_related("owner", "conversation", "message")
+    if data is None:
+        return found.none()
+    if query := data["q"].strip():
+        match = (
+            Q(owner__username__icontains=query)
+            | Q(conversation__title__icontains=query)
+            | Q(message__text__icontains=query)
+            | Q(reason__icontains=query)
+            | Q(error_class__icontains=query)
+        )
+        if query.isdigit():
+            match |= Q(conversation_id=int(query)) | Q(message_id=int(query))
+        found = found.filter(match)
+    if data["status"]:
+        found = found.filter(status=data["status"])
+    if data["error_class"]:
+        found = found.filter(error_class=data["error_class"])
+    if data["since"]:
+        found = found.filter(created_at__date__gte=data["since"])
+    if data["until"]:
+        found = found.filter(created_at__date__lte=data["until"])
+    return found.order_by("-created_at", "-id")
+
+
+def dead_letter_actions(dead_letter: DeadLetter) -> QuerySet[StaffAction]:
+    return StaffAction.objects.filter(dead_letter=dead_letter)
+
+
+AROUND = 3  # exchanges shown before and after a dead message
+
+
+def exchanges_around(message: Message) -> list[Message]:
+    """The user messages just before and after this one, with their replies."""
+    asked = Message.objects.filter(
+        conversation_id=message.conversation_id, role=Message.Role.USER
+    ).select_related("reply")
+    before = list(asked.filter(pk__lt=message.pk).order_by("-pk")[:AROUND])[::-1]
+    after = list(asked.filter(pk__gt=message.pk).order_by("pk")[:AROUND])
+    return [*before, message, *after]
+
+
+def attempts_of(dead_letter: DeadLetter) -> list[dict]:
+    """Every attempt with the context it was given; from the stored runs while retention keeps
+    them, else from the snapshot taken when the message was dead-lettered."""
+    runs = list(dead_letter.message.runs.order_by("id"))
+    if not runs:
+        return [
+            {
+                **attempt,
+                "snapshot": True,
+                "started_at": parse_datetime(attempt.get("started_at") or ""),
+                **attempt_end(
+                    Run(
+                        state=attempt.get("state", ""),
+                        started_at=parse_datetime(attempt.get("started_at") or ""),
+                        ended_at=parse_datetime(attempt.get("ended_at") or ""),
+                        # Snapshots taken before it was kept have no heartbeat: the end stands.
+                        heartbeat_at=parse_datetime(attempt.get("heartbeat_at") or ""),
+                    )
+                ),
+            }
+            for attempt in dead_letter.attempts
+        ]
+    contexts = {c.run_id: c for c in RunContext.objects.filter(run__in=runs)}
+    return [
+        {
+            "attempt": run.attempt,
+            "run": run,
+            "state": run.get_state_display(),
+            "worker": run.worker or run.node,
+            "started_at": run.started_at,
+            **attempt_end(run),
+            "error": run.error,
+            "traceback": run.traceback,
+            "context": run_context_text(contexts[run.pk]) if run.pk in contexts else "",
+        }
+        for run in runs
+    ]
+
+
+def attempt_end(run) -> dict:
+    """When an attempt really ended, and when that was noticed. A crashed process wrote
+    nothing at its death: its last heartbeat is its last sign of life, and `ended_at` is when
+    the watchdog noticed, up to a heartbeat TTL later. The duration runs to the real end."""
+    if run.state == Run.State.CRASHED and run.heartbeat_at is not None:
+        return {
+            "ended_at": run.heartbeat_at,
+            "noticed_at": run.ended_at,
+            "duration": run.heartbeat_at - run.started_at if run.started_at else None,
+        }
+    return {
+        "ended_at": run.ended_at,
+        "noticed_at": None,
+        "duration": run.ended_at - run.started_at if run.ended_at and run.started_at else None,
+    }
