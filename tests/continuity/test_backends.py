@@ -35,6 +35,7 @@ from devtools.fake_model import FakeOpenAI, reply_to
 from devtools.redis_server import free_port
 from tests.helpers.factories import ConversationFactory, UserFactory
 from tests.helpers.messages import send
+from tests.helpers.redis_server import refusing_redis
 from tests.helpers.waiting import wait_for
 
 # The attempt's failure is recorded after its connection is closed: real commits.
@@ -188,12 +189,11 @@ def test_failures_within_a_backoff_count_once(settings):
 
 
 def test_without_redis_a_failure_waits_the_first_backoff_unshared(monkeypatch, settings):
-    import redis
 
     from continuity.delivery import backends
 
     settings.CONTINUITY_BACKEND_BACKOFF_SECONDS = [5.0, 10.0]
-    unreachable = redis.Redis(port=free_port(), socket_connect_timeout=0.5)
+    unreachable = refusing_redis()
     monkeypatch.setattr(backends, "redis_client", lambda: unreachable)
 
     down = backends.backend_failed("openai http://x/v1", reason="refused", retry_after=None)

@@ -23,6 +23,7 @@ from continuity.delivery.watchdog import (
 from continuity.delivery.workers import process_ended, process_gone
 from continuity.models import Conversation, CrashRecord, Run
 from tests.helpers.messages import send
+from tests.helpers.redis_server import refusing_redis
 from tests.helpers.waiting import wait_for
 
 pytestmark = pytest.mark.django_db
@@ -201,14 +202,12 @@ def test_watchdog_command_runs_one_sweep(conversation):
 def test_while_the_broker_is_down_nothing_is_sent_and_the_next_sweep_retries(
     conversation, monkeypatch
 ):
-    import redis
 
     from continuity.delivery import watchdog
-    from devtools.redis_server import free_port
 
     send(conversation)
     age(Conversation, conversation.pk, enqueued_at=31)
-    unreachable = redis.Redis(port=free_port(), socket_connect_timeout=0.2)
+    unreachable = refusing_redis()
     monkeypatch.setattr(watchdog, "redis_client", lambda: unreachable)
     assert watchdog_tick()["requeued"] == 0
     assert due_conversation_ids() == [conversation.pk]  # still due: retried next time

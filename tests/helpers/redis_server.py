@@ -8,7 +8,11 @@ import os
 import signal
 from collections.abc import Iterator
 
-from devtools.redis_server import RedisServer
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from devtools.redis_server import RedisServer, free_port
 
 # One per pytest process: each of pytest-xdist's workers (PYTEST_XDIST_WORKER, which the
 # processes a test starts inherit too) has its own, as it has its own test database.
@@ -43,3 +47,10 @@ def session_redis_stalled() -> Iterator[None]:
         yield
     finally:
         os.kill(pid, signal.SIGCONT)
+
+
+def refusing_redis() -> redis.Redis:
+    """A client of a Redis that is not there (nothing listens on its port), which says so at
+    once: no retries (redis-py retries three times with a backoff by default, seconds per
+    command) and a short connect timeout."""
+    return redis.Redis(port=free_port(), socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0))
