@@ -12,6 +12,7 @@ from django.views.decorators.http import require_GET
 
 from continuity.database.clock import database_now
 from continuity.delivery.history import BUCKET, Counts, History, bucket_start, history_spans
+from continuity.words import plural
 
 from .charts import history_chart
 from .decorators import staff_required
@@ -24,7 +25,7 @@ def seconds(value: float) -> str:
 
 
 def count_of(noun: str):
-    return lambda value: f"{value:g} {noun}{'' if value == 1 else 's'}"
+    return lambda value: plural(value, noun)
 
 
 def charts_of(history: History, *, hourly: bool) -> list[tuple[str, object]]:

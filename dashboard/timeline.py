@@ -12,6 +12,7 @@ from django.db.models import Count, Max, Min, Q
 
 from continuity.context.recoveries import recovery_words
 from continuity.models import Checkpoint, Message, Recovery, ReplyChunk, Run, StaffAction
+from continuity.words import plural
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,7 @@ def counted_per_attempt(model, message: Message, noun: str, verb: str) -> list[E
     return [
         Event(
             row["first"],
-            f"{row['n']} {noun}{'s' if row['n'] != 1 else ''} {verb}",
+            f"{plural(row['n'], noun)} {verb}",
             f"by attempt {row['run__attempt']}, the last at {row['last']:%H:%M:%S}",
         )
         for row in rows

@@ -16,6 +16,7 @@ from ..brains import RecoveryNote
 from ..errors import CONTEXT_TOO_LONG, DATABASE_LOST, MODEL_BUSY, MODEL_UNAVAILABLE
 from ..live.events import publish_message_changed
 from ..models import Alert, Handoff, Message, Recovery, Run, RunContext
+from ..words import plural
 
 # What happened, as accurately as the engine knows it.
 WHAT_HAPPENED = {
@@ -202,7 +203,3 @@ def duration(seconds: float) -> str:
     if seconds < 90:
         return f"{round(seconds)} s"
     return f"{round(seconds / 60)} min"
-
-
-def plural(count: int, noun: str) -> str:
-    return f"{count} {noun}{'' if count == 1 else 's'}"
