@@ -157,6 +157,9 @@ document.addEventListener("DOMContentLoaded", () => {
     toggle.setAttribute("aria-controls", "conversations");
     toggle.setAttribute("aria-expanded", String(!!sidebar()?.matches(":target")));
   }
+  // The page answers its keys now (Enter sends): until then, Enter in the message box adds a
+  // line, as it does without JavaScript.
+  document.documentElement.dataset.scriptReady = "";
   const main = document.getElementById("conversation");
   if (!main) return; // other pages (memory, account) open at their top
   document.querySelectorAll("[data-exchange]").forEach((el) => noteState(el, { quietly: true }));

@@ -252,7 +252,7 @@ def test_at_390_px_the_conversations_drawer_opens_from_the_header(browser: Brows
             viewport={"width": 390, "height": 844}, java_script_enabled=script
         )
         page = context.new_page()
-        log_in(page, web, user.username)
+        log_in(page, web, user.username, script=script)
         page.goto(f"{web.url}/c/{chat.pk}/")
         drawer = page.get_by_role("navigation", name="Conversations")
         expect(drawer).to_be_hidden()

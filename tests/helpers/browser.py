@@ -18,13 +18,23 @@ from tests.helpers.processes import WebProcess
 T = TypeVar("T")
 
 
-def log_in(page: Page, site: WebProcess, username: str) -> None:
+def log_in(page: Page, site: WebProcess, username: str, *, script: bool = True) -> None:
+    """Sign in through the login page; `script`: the page runs JavaScript (then this waits for it
+    to be ready)."""
     page.goto(f"{site.url}/")
     expect(page).to_have_url(re.compile(r"/accounts/login/"))
     page.get_by_label("Username").fill(username)
     page.get_by_label("Password").fill(PASSWORD)
     page.get_by_role("button", name="Log in").click()
     expect(page.get_by_role("heading", name="What shall we work on?")).to_be_visible()
+    if script:
+        script_ready(page)
+
+
+def script_ready(page: Page) -> None:
+    """Wait until the page's script answers its keys (Enter sends): before, Enter in the message
+    box adds a line, as without JavaScript."""
+    expect(page.locator("html[data-script-ready]")).to_be_attached()
 
 
 def send_from_page(page: Page, text: str) -> None:
