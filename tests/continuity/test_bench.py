@@ -21,7 +21,7 @@ from tests.helpers.processes import command_env
 
 # The suite's session fixtures expect the test database; these tests do not touch it (the smoke
 # run makes a database of its own, named after it).
-pytestmark = [pytest.mark.django_db, pytest.mark.processes]
+pytestmark = pytest.mark.django_db
 FIGURE_ROW = re.compile(r"^\| (?P<name>[^|]+) \| (?P<value>[^|]+) \| (?P<unit>[^|]+) \|")
 
 
@@ -95,6 +95,7 @@ def test_a_statement_with_a_subquery_is_named_by_its_own_table():
     assert statement_kind(sql) == "INSERT continuity_replychunk"
 
 
+@pytest.mark.processes
 @pytest.mark.postgresql("make bench measures the production database, PostgreSQL")
 def test_the_smoke_run_reports_every_section_with_numbers(tmp_path):
     output = tmp_path / "benchmarks.md"

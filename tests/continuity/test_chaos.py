@@ -11,7 +11,7 @@ from continuity.models import Conversation, Message, Run
 from devtools.chaos import chaos_audit
 from tests.helpers.factories import ConversationFactory, MessageFactory
 
-pytestmark = [pytest.mark.django_db, pytest.mark.processes]
+pytestmark = pytest.mark.django_db
 
 
 def answer(message: Message, **extra) -> Message:
@@ -92,6 +92,7 @@ def test_messages_of_a_paused_conversation_are_held_not_lost(conversation):
     assert (audit["held_by_pause"], audit["lost"], audit["paused"]) == (1, 0, 1)
 
 
+@pytest.mark.processes
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.postgresql("starts workers, which the suite runs on PostgreSQL")
 def test_a_chaos_run_sends_over_http_to_its_own_workers_and_rides_out_a_model_outage():
