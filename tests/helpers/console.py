@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import uuid
-
 from continuity.delivery.attempts.failures import attempt_end
 from continuity.delivery.attempts.lease import attempt_begin
-from continuity.delivery.inbox import message_accept
 from continuity.models import DeadLetter
+from tests.helpers.messages import send
 
 
 def dead_letter_make(conversation, text: str = "Please summarize [[broken]]") -> DeadLetter:
-    message = message_accept(conversation=conversation, text=text, client_id=uuid.uuid4())
+    message = send(conversation, text)
     run = attempt_begin(conversation_id=conversation.pk)
     attempt_end(
         run_id=run.pk,
