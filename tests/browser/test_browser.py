@@ -199,9 +199,16 @@ def test_a_send_after_signing_out_elsewhere_keeps_the_text_for_after_sign_in(pag
 
     other_tab = page.context.new_page()
     other_tab.goto(f"{site.url}/")
-    other_tab.get_by_role("button", name="Log out").click()
-    expect(other_tab).to_have_url(re.compile(r"/accounts/login/"))
-    # The first tab's socket is closed by the logout, not left streaming to a signed-out page.
+    with page.expect_websocket() as tried_again:
+        other_tab.get_by_role("button", name="Log out").click()
+        expect(other_tab).to_have_url(re.compile(r"/accounts/login/"))
+        # The first tab's socket is closed by the logout, not left streaming to a signed-out
+        # page.
+        expect(page.locator("[data-live-indicator]")).to_have_text("signed out")
+    # The page keeps trying (a sign-in elsewhere lets it back in): a refused try is still
+    # "signed out", not "reconnecting…".
+    if not tried_again.value.is_closed():
+        tried_again.value.wait_for_event("socketerror")  # refused: no session
     expect(page.locator("[data-live-indicator]")).to_have_text("signed out")
 
     page.get_by_label("Message").fill("Remember that the deploy is on Friday")

@@ -16,6 +16,7 @@ export function liveChannel(main) {
   const indicator = main.querySelector("[data-live-indicator]");
   let socket = null;
   let failures = 0;
+  let signedIn = true; // false from a SESSION_ENDED close until a socket opens again
 
   const setLive = (text, live) => {
     if (!indicator) return;
@@ -158,6 +159,7 @@ export function liveChannel(main) {
     socket = new WebSocket(`${scheme}://${location.host}${main.dataset.wsPath}`);
     socket.addEventListener("open", () => {
       failures = 0;
+      signedIn = true;
       // Signed in again (another tab, or this session survived a password change).
       const errors = document.querySelector("[data-composer-errors][data-signed-out]");
       if (errors) {
@@ -176,9 +178,12 @@ export function liveChannel(main) {
         return;
       }
       if (closed.code === SESSION_ENDED) {
-        setLive("signed out", false);
+        signedIn = false;
         signedOut();
-      } else setLive("reconnecting…", false);
+      }
+      // Signed out, the page keeps trying (a sign-in in another tab lets it back in), and each
+      // refused try is still "signed out", not a network trouble.
+      setLive(signedIn ? "reconnecting…" : "signed out", false);
       failures += 1;
       // Full jitter: a random wait up to the backoff, so that the pages a restarted server
       // dropped come back spread out, not all in the same instant.
