@@ -184,8 +184,8 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
             "tcp_user_timeout": env_int("DATABASE_TCP_USER_TIMEOUT_MS", 10_000),
             # Statements are prepared at their first run on a connection: parsed once, and
             # after five runs planned once where that plan is as good as one made for the
-            # values (the engine's are written so that it is: `continuity.sql.cursor`). Only
-            # the engine's hand-written hot path binds values on the server (continuity.sql);
+            # values (the engine's are written so that it is: `store.connection.cursor`). Only
+            # the engine's hand-written hot path binds values on the server (continuity.store);
             # the ORM binds on the client, which psycopg never prepares. Not for a pooler in
             # transaction mode (PgBouncer): prepared statements belong to one server connection.
             "prepare_threshold": 0,

@@ -534,7 +534,7 @@ def test_a_stopped_worker_child_that_wakes_after_being_reaped_writes_nothing(pro
     # Woken, it carries on streaming until its heartbeat or its next write finds the run ended;
     # then the attempt is over.
     wait_for(
-        lambda: f"Attempt stopped: Run {zombie.pk} " in worker.log(),
+        lambda: f"Attempt stopped: Attempt {zombie.pk} " in worker.log(),
         timeout=20,
         what=f"the woken attempt in process {pid} to give up",
     )

@@ -11,11 +11,12 @@ and summaries never overwritten), so its size does not grow with the conversatio
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from django.conf import settings
 from django.db.models import Q
 
-from .. import sql
+from .. import store
 from ..brains import Context, Turn
 from ..models import (
     Checkpoint,
@@ -27,7 +28,8 @@ from ..models import (
     Summary,
     handoff_markdown,
 )
-from .handoffs import handoff_latest_statement, handoff_note, handoff_of
+from ..store import contexts
+from .handoffs import handoff_note
 from .tokens import tokens_estimate
 
 
@@ -46,147 +48,63 @@ class ContextRefs:
         return [pk for pair in self.pairs for pk in pair]
 
 
-# The conditions of the message table's partial indexes, written out for the hand-written
-# statements, on the one table they read (unqualified). The values are written out, not
-# bound: only then does a statement prepared once for any values know it may read the index.
-# They are `models.WAITING` and `models.ANSWERED_QUESTION`, which tests/continuity/
-# test_indexes.py checks against the indexes PostgreSQL holds.
-# User messages that wait for their answer (queued, or being answered): `message_pending`.
-WAITING = "role = '{}' AND state IN ('{}', '{}')".format(Message.Role.USER, *Message.PENDING_STATES)
-# Those of one conversation; its one value is the conversation's id.
-PENDING = f"conversation_id = %s AND {WAITING}"
-# The answered questions of the shown branch: `message_answered_question`.
-ANSWERED_QUESTION = (
-    f"role = '{Message.Role.USER}' AND state = '{Message.State.DONE}' AND hidden_with_id IS NULL"
-)
-# The newest summary of the shown branch: one that covers turns now on a hidden branch (the
-# conversation was edited before its end) would put them back into the prompt.
-LATEST_SUMMARY = (
-    "SELECT s.id, s.version, s.covers_through_id, s.text FROM continuity_summary AS s "
-    "JOIN continuity_message AS m ON m.id = s.covers_through_id "
-    "WHERE s.conversation_id = %s AND m.hidden_with_id IS NULL "
-    "ORDER BY s.version DESC LIMIT 1"
-)
-# The answered questions of the shown branch before a message (its values: the conversation,
-# the message, the conversation again), newest first. Written for the index of answered
-# questions (`message_answered_question`, whose condition is ANSWERED_QUESTION), which
-# holds exactly these rows in this order, whatever the statistics: the conversation and the
-# bound are one range of (conversation, id) pairs, which the primary key cannot serve. As
-# `conversation_id = %s AND id < %s`, a plan made for any value walked the message table's
-# primary key back from the message, through every other conversation's messages.
-QUESTIONS = (
-    f"{ANSWERED_QUESTION} AND (q.conversation_id, q.id) < (%s, %s) "
-    "AND (q.conversation_id, q.id) > (%s, 0) ORDER BY q.conversation_id DESC, q.id DESC"
-)
-# Those the newest summary does not cover.
-AFTER_SUMMARY = f"t.id > COALESCE((SELECT covers_through_id FROM ({LATEST_SUMMARY}) AS s), 0)"
-SUPPORT_WROTE = "(A person from support wrote this reply, not you.) "
-# Each question with its reply and, on the newest question only, the checkpoint of its plan
-# step (the task state it left).
-TURN_COLUMNS = (
-    "SELECT t.id, t.role, t.text, "
-    "(SELECT a.id FROM continuity_message AS a WHERE a.reply_to_id = t.id), "
-    # A reply from support (a takeover) is marked as such: the agent must not take it for its
-    # own words.
-    f"(SELECT CASE WHEN a.role = '{Message.Role.STAFF}' THEN '{SUPPORT_WROTE}' || a.text "
-    "ELSE a.text END FROM continuity_message AS a WHERE a.reply_to_id = t.id), "
-    "CASE WHEN t.id = MAX(t.id) OVER () THEN (SELECT c.id FROM continuity_checkpoint AS c "
-    "WHERE c.message_id = t.id AND c.step = 'plan') END, "
-    "CASE WHEN t.id = MAX(t.id) OVER () THEN (SELECT c.output FROM continuity_checkpoint AS c "
-    "WHERE c.message_id = t.id AND c.step = 'plan') END "
-)
-# The most turns one read returns; more are read a window at a time (`turns_complete`).
-TURNS_WINDOW = 200
-# The turns after the summary among the newest TURNS_WINDOW + 1 questions, walked back from the
-# message. A range of ids bounded by the summary leaves the planner a bound it cannot see (the
-# summary is read by the same statement), and it then guesses the range is short: it walked
-# the primary key through every message written since the summary, by every conversation (25
-# ms for a conversation summarized 100,000 messages ago). Newest first with a limit, it reads
-# the conversation's own questions only. Prepared like the others: its earlier form had to be
-# planned at every run, which took the server more time than the rest of a message's
-# statements together.
-TURNS_SELECT = (
-    f"{TURN_COLUMNS}FROM (SELECT q.id, q.role, q.text FROM continuity_message AS q "
-    f"WHERE {QUESTIONS} LIMIT %s) AS t WHERE {AFTER_SUMMARY} ORDER BY t.id"
-)
-
-
 def summary_latest(*, conversation_id: int) -> Summary | None:
-    return summary_of(sql.rows(LATEST_SUMMARY, [conversation_id]), conversation_id=conversation_id)
+    return store.run(contexts.summary_latest(conversation_id=conversation_id))
 
 
-def summary_of(found: list[tuple], *, conversation_id: int) -> Summary | None:
-    if not found:
-        return None
-    ((pk, version, covers_through_id, text),) = found
-    return sql.instance(
-        Summary,
-        id=pk,
-        conversation_id=conversation_id,
-        version=version,
-        covers_through_id=covers_through_id,
-        text=text,
-    )
-
-
-def turns_statement(*, conversation_id: int, before_id: int) -> sql.Statement:
-    """Each question with its reply (a reply that staff deleted leaves its question alone, not
-    the context broken), and the newest one's plan checkpoint: see `turn_pairs` and
-    `last_plan`. The reply is looked up by question, by its unique index: a join let the
-    planner walk that index from its start, through every older reply of the table (5 ms at
-    100,000 messages). More than TURNS_WINDOW rows: see `turns_complete`."""
-    return TURNS_SELECT, [
-        conversation_id,
-        before_id,
-        conversation_id,
-        TURNS_WINDOW + 1,
-        conversation_id,
-    ]
-
-
-def turns_complete(found: list[tuple], *, conversation_id: int) -> list[tuple]:
-    """The rows of `turns_statement`, and when they fill its window, those of the turns before
-    it, a window at a time, until the summary: compaction must see every turn, or those beyond
-    the window would never be summarized (a long history not yet compacted, or a budget of many
-    tokens)."""
+def turns_complete(
+    found: list[contexts.TurnRow], *, conversation_id: int
+) -> list[contexts.TurnRow]:
+    """The turns `contexts.turns` found, and when they fill its window, those of the turns
+    before it, a window at a time, until the summary: compaction must see every turn, or those
+    beyond the window would never be summarized (a long history not yet compacted, or a budget
+    of many tokens)."""
     turns, window = list(found), found
-    while len(window) > TURNS_WINDOW:
-        older = window[0][0]
-        window = sql.rows(*turns_statement(conversation_id=conversation_id, before_id=older))
+    while len(window) > contexts.TURNS_WINDOW:
+        window = store.run(contexts.turns(conversation_id=conversation_id, before_id=window[0].id))
         turns[:0] = window
     return turns
 
 
-def turn_pairs(found: list[tuple]) -> list[list[tuple]]:
-    """A reply is the assistant's answer to its question (`reply_to`)."""
+class StoredTurn(NamedTuple):
+    """A turn of the history, with the id of its message."""
+
+    id: int
+    role: str
+    text: str
+
+
+def turn_pairs(found: list[contexts.TurnRow]) -> list[list[StoredTurn]]:
+    """Each question, and its reply if it has one (the assistant's answer to it, `reply_to`)."""
     return [
-        [row[:3], (row[3], Message.Role.ASSISTANT, row[4])] if row[3] is not None else [row[:3]]
+        [
+            StoredTurn(row.id, row.role, row.text),
+            StoredTurn(row.reply_id, Message.Role.ASSISTANT, row.reply_text),
+        ]
+        if row.reply_id is not None
+        else [StoredTurn(row.id, row.role, row.text)]
         for row in found
     ]
 
 
-def last_plan(found: list[tuple]) -> tuple[int, object] | None:
-    """The plan step's checkpoint of the newest turn, (id, output), if it has one."""
-    if not found or found[-1][5] is None:
-        return None
-    return found[-1][5], sql.json_value(found[-1][6])
+class ContextReads(NamedTuple):
+    """The reads of `context_of`, which need none of each other's results."""
+
+    summary: store.Query[Summary | None]
+    turns: store.Query[list[contexts.TurnRow]]
+    handoff: store.Query[Handoff | None]
+    facts: store.Query[list[contexts.Fact]]
+    waiting: store.Query[list[contexts.Waiting]]
 
 
-def facts_statement(*, owner_id: int) -> sql.Statement:
-    """The owner's current facts (as `MemoryFact.objects.current()`), as (id, key, value)."""
-    return (
-        "SELECT id, key, value FROM continuity_memoryfact "
-        "WHERE owner_id = %s AND superseded_at IS NULL ORDER BY key",
-        [owner_id],
-    )
-
-
-def pending_statement(*, conversation_id: int, message_id: int) -> sql.Statement:
-    """Messages that wait behind this one, as (id, role, text), at most a history's worth."""
-    return (
-        f"SELECT id, role, text FROM continuity_message WHERE {PENDING} AND id > %s "
-        "ORDER BY id LIMIT %s",
-        [conversation_id, message_id, settings.CONTINUITY_HISTORY_TURNS],
+def context_reads(*, message: Message) -> ContextReads:
+    conversation = message.conversation
+    return ContextReads(
+        summary=contexts.summary_latest(conversation_id=conversation.pk),
+        turns=contexts.turns(conversation_id=conversation.pk, before_id=message.pk),
+        handoff=contexts.handoff_latest(conversation_id=conversation.pk),
+        facts=contexts.facts_current(owner_id=conversation.owner_id),
+        waiting=contexts.waiting_behind(conversation_id=conversation.pk, message_id=message.pk),
     )
 
 
@@ -198,42 +116,30 @@ def context_assembled(*, message: Message, attempt: int) -> tuple[ContextRefs, C
     """What the next attempt on `message` should be given, by reference and as the brain reads
     it, from one pass over the rows: every turn the newest summary does not cover (compaction
     keeps that list short), never the whole history."""
-    return context_of(
-        message=message, attempt=attempt, found=sql.batch(*context_statements(message=message))
-    )
-
-
-def context_statements(*, message: Message) -> list[sql.Statement]:
-    """The reads of `context_of`, which need none of each other's results."""
-    conversation = message.conversation
-    return [
-        (LATEST_SUMMARY, [conversation.pk]),
-        turns_statement(conversation_id=conversation.pk, before_id=message.pk),
-        handoff_latest_statement(conversation_id=conversation.pk),
-        facts_statement(owner_id=conversation.owner_id),
-        pending_statement(conversation_id=conversation.pk, message_id=message.pk),
-    ]
+    reads = context_reads(message=message)
+    return context_of(message=message, attempt=attempt, reads=reads, found=store.round_trip(*reads))
 
 
 def context_of(
-    *, message: Message, attempt: int, found: list[list[tuple]]
+    *, message: Message, attempt: int, reads: ContextReads, found: store.Found
 ) -> tuple[ContextRefs, Context]:
-    """`context_assembled`, from the rows of `context_statements`."""
+    """`context_assembled`, from what its `reads` found."""
     conversation = message.conversation
-    summaries, turns, handoffs, facts, pending = found
-    turns = turns_complete(turns, conversation_id=conversation.pk)
-    summary = summary_of(summaries, conversation_id=conversation.pk)
+    turns = turns_complete(found[reads.turns], conversation_id=conversation.pk)
+    summary = found[reads.summary]
     pairs = turn_pairs(turns)
-    checkpoint = last_plan(turns)
-    handoff = handoff_of(handoffs)
+    plan = turns[-1] if turns and turns[-1].plan_id is not None else None
+    handoff = found[reads.handoff]
+    facts = found[reads.facts]
+    waiting = found[reads.waiting]
     refs = ContextRefs(
         identity=settings.CONTINUITY_IDENTITY,
-        facts=[pk for pk, _, _ in facts],
+        facts=[fact.id for fact in facts],
         handoff_id=handoff.pk if handoff else None,
-        checkpoint_id=checkpoint[0] if checkpoint else None,
+        checkpoint_id=plan.plan_id if plan else None,
         summary_id=summary.pk if summary else None,
-        pairs=[[row[0] for row in pair] for pair in pairs],
-        pending=[pk for pk, _, _ in pending],
+        pairs=[[turn.id for turn in pair] for pair in pairs],
+        pending=[each.id for each in waiting],
     )
     context = Context(
         owner_id=conversation.owner_id,
@@ -242,12 +148,12 @@ def context_of(
         attempt=attempt,
         text=message.text,
         identity=refs.identity,
-        facts={key: value for _, key, value in facts},
+        facts={fact.key: fact.value for fact in facts},
         handoff=handoff_note(handoff),
-        task_checkpoint=checkpoint[1] if checkpoint else {},
+        task_checkpoint=plan.plan_output if plan else {},
         summary=summary.text if summary else "",
-        history=[Turn(role, text) for pair in pairs for _, role, text in pair],
-        pending=[Turn(role, text) for _, role, text in pending],
+        history=[Turn(turn.role, turn.text) for pair in pairs for turn in pair],
+        pending=[Turn(each.role, each.text) for each in waiting],
         retelling=retelling_of(message),
     )
     return refs, context
@@ -302,9 +208,8 @@ def context_load(*, refs: ContextRefs, message: Message, attempt: int) -> Contex
 
 def run_context_store(*, run: Run, refs: ContextRefs, tokens: int) -> RunContext:
     """The last write of the caller's fenced transaction (it holds the run's lock), which
-    commits with it (`sql.batch`)."""
-    statement, written = sql.insert_statement(
-        RunContext,
+    commits with it (`store.round_trip`)."""
+    stored = contexts.run_context_insert(
         run_id=run.pk,
         identity=refs.identity,
         facts=refs.facts,
@@ -315,8 +220,7 @@ def run_context_store(*, run: Run, refs: ContextRefs, tokens: int) -> RunContext
         pending=refs.pending,
         estimated_tokens=tokens,
     )
-    (stored,) = sql.batch(statement, commit=True)
-    return sql.inserted(RunContext, stored, written)
+    return store.round_trip(stored, commit=True)[stored]
 
 
 def run_context_load(run_context: RunContext) -> Context:

@@ -12,49 +12,16 @@ from collections.abc import Callable
 from django.db import transaction
 from django.db.models import Max
 
-from .. import sql
+from .. import store
 from ..brains import HandoffNote
-from ..database.clock import datetime_value
 from ..models import Conversation, Handoff, Run, sections_lines
-
-SECTIONS = ("current_state", "critical_context", "next_steps", "decisions")
-
-
-HANDOFF_COLUMNS = (
-    "id",
-    "conversation_id",
-    "version",
-    "reason",
-    *SECTIONS,
-    "author_id",
-    "run_id",
-    "created_at",
-)
+from ..store import contexts
+from ..store.contexts import HANDOFF_SECTIONS as SECTIONS
 
 
 def handoff_latest(*, conversation_id: int) -> Handoff | None:
-    """The newest handoff of the shown branch: one written at the end of a turn that is now on
-    a hidden branch (the conversation was edited before it) describes a state left behind."""
-    return handoff_of(sql.rows(*handoff_latest_statement(conversation_id=conversation_id)))
-
-
-def handoff_latest_statement(*, conversation_id: int) -> sql.Statement:
-    return (
-        f"SELECT {', '.join('h.' + column for column in HANDOFF_COLUMNS)} "
-        "FROM continuity_handoff AS h LEFT JOIN continuity_run AS r ON r.id = h.run_id "
-        "LEFT JOIN continuity_message AS m ON m.id = r.message_id "
-        "WHERE h.conversation_id = %s AND (h.run_id IS NULL OR m.hidden_with_id IS NULL) "
-        "ORDER BY h.version DESC LIMIT 1",
-        [conversation_id],
-    )
-
-
-def handoff_of(found: list[tuple]) -> Handoff | None:
-    if not found:
-        return None
-    values = dict(zip(HANDOFF_COLUMNS, found[0], strict=True))
-    values["created_at"] = datetime_value(values["created_at"])
-    return sql.instance(Handoff, **values)
+    """The newest handoff of the shown branch (`store.contexts.handoff_latest`)."""
+    return store.run(contexts.handoff_latest(conversation_id=conversation_id))
 
 
 def section_text(value: str | list[str]) -> str:

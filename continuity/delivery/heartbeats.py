@@ -58,7 +58,7 @@ def outage_note(run_id: int) -> None:
     try:
         redis_client().set(outage_key(run_id), "1", ex=OUTAGE_NOTE_SECONDS)
     except redis.RedisError:
-        logger.warning("Run %s lost the database, and Redis did not hear of it", run_id)
+        logger.warning("Attempt %s lost the database, and Redis did not hear of it", run_id)
 
 
 def outages_noted(run_ids: list[int]) -> set[int]:
@@ -193,10 +193,10 @@ class RunHeartbeat:
                 heartbeat_at=Now()
             )
         except (DatabaseError, InterfaceError):
-            logger.warning("Run %s heartbeat not written", self.run_id, exc_info=True)
+            logger.warning("Attempt %s heartbeat not written", self.run_id, exc_info=True)
             return True
         if not owned:
-            logger.warning("Run %s was ended elsewhere; stopping this attempt", self.run_id)
+            logger.warning("Attempt %s was ended elsewhere; stopping this attempt", self.run_id)
             key_delete(run_key(self.run_id))
             return False
         return True

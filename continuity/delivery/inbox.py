@@ -14,11 +14,11 @@ from kombu.exceptions import OperationalError
 
 from continuity.celery import app as celery_app
 
-from .. import sql
-from ..database.clock import db_now
+from .. import store
 from ..errors import ClientIdReused, InvalidMessage
 from ..live.events import publish_conversations_changed, publish_message_changed
 from ..models import Conversation, Message
+from ..store import conversations, messages
 from .heartbeats import key_delete, redis_client
 
 logger = logging.getLogger(__name__)
@@ -151,16 +151,11 @@ def drain_sent_at(*, conversation_id: int, unsent: bool = False) -> None:
     """When a drain was last sent (`unsent`: none, a send failed): the watchdog's clock for
     "lost". Best effort: a stale time costs a spare re-send or a later one, so its commit does
     not wait for the disk."""
-    sent_at = "NULL" if unsent else db_now()
     try:
         with transaction.atomic():
-            sql.batch(
-                *sql.unflushed_commit(),
-                (
-                    f"UPDATE continuity_conversation SET enqueued_at = {sent_at} "
-                    "WHERE id = %s RETURNING id",
-                    [conversation_id],
-                ),
+            store.round_trip(
+                *store.unflushed_commit(),
+                conversations.drain_sent(conversation_id, unsent=unsent),
                 commit=True,
             )
     except (DatabaseError, InterfaceError):
@@ -241,23 +236,15 @@ def message_accept(*, conversation: Conversation, text: str, client_id: uuid.UUI
 def message_queue(*, conversation_id: int, text: str, **fields) -> Message:
     """Append a user message to the end of the conversation's queue and enqueue its drain.
     `fields`: other values of the message, by attname."""
-    insert, written = sql.insert_statement(
-        Message, conversation_id=conversation_id, role=Message.Role.USER, text=text, **fields
+    stored = messages.message_insert(
+        conversation_id=conversation_id, role=Message.Role.USER, text=text, **fields
     )
     # Locking the conversation first makes message ids follow commit order, which is the order
     # in which the conversation is answered. One round trip for both, and the commit, which
     # stamps the drain's send too (`drain_send`).
-    now = db_now()
-    _, stored = sql.batch(
-        (
-            f"UPDATE continuity_conversation SET updated_at = {now}, enqueued_at = {now} "
-            "WHERE id = %s RETURNING id",
-            [conversation_id],
-        ),
-        insert,
-        commit=True,
-    )
-    message = sql.inserted(Message, stored, written)
+    message = store.round_trip(conversations.message_added(conversation_id), stored, commit=True)[
+        stored
+    ]
     conversation_enqueue(conversation_id=conversation_id, stamped=True)
     transaction.on_commit(
         lambda: publish_message_changed(conversation_id=conversation_id, message_id=message.pk)
@@ -299,16 +286,7 @@ def conversation_start(*, owner, text: str, client_id: uuid.UUID, brain: str = "
     return existing
 
 
-def message_bump(*, message_id: int, **changes) -> int:
+def message_bump(*, message_id: int, **changes) -> bool:
     """Apply changes to a message and bump its version, so browsers re-render it. `changes`:
-    values by column name."""
-    return len(sql.rows(*message_bump_statement(message_id=message_id, **changes)))
-
-
-def message_bump_statement(*, message_id: int, **changes) -> sql.Statement:
-    assignments = "".join(f", {column} = %s" for column in changes)
-    return (
-        f"UPDATE continuity_message SET version = version + 1{assignments} WHERE id = %s "
-        "RETURNING id",
-        [*changes.values(), message_id],
-    )
+    values by column name. Whether the message was there."""
+    return store.run(messages.message_bump(message_id=message_id, **changes))

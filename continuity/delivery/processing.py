@@ -19,13 +19,14 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import InterfaceError, OperationalError, connection, transaction
 
-from .. import sql
+from .. import store
 from ..brains import CUT_OFF, Brain, Context, brain_class, brain_load
 from ..context.assembly import (
+    ContextReads,
     ContextRefs,
     context_assembled,
     context_of,
-    context_statements,
+    context_reads,
     context_tokens,
     run_context_store,
 )
@@ -48,18 +49,13 @@ from ..errors import (
     WorkerStopping,
 )
 from ..live.events import publish_conversation_changed, publish_reply_chunk
-from ..models import Conversation, Message, ReplyChunk, Run
+from ..models import Conversation, Message, Run
 from ..ops.faults import fault_point
+from ..store import runs
 from .attempts.failures import attempt_end, conversation_wait_for_model
 from .attempts.finish import Finished, attempt_finish
 from .attempts.lease import attempt_begin, attempt_start, attempt_withdraw
-from .attempts.locking import (
-    checkpoint_insert,
-    conversation_lock,
-    fence_held,
-    fenced_insert,
-    run_lock_owned,
-)
+from .attempts.locking import conversation_lock, fence_held, run_lock_owned
 from .backends import backend_answered, backend_down, backend_failed, backend_slot
 from .heartbeats import RunHeartbeat, outage_note
 from .inbox import conversation_enqueue, title_from_text
@@ -110,33 +106,35 @@ class Begun:
 
 
 class Preparation:
-    """`on_begin` of an attempt: prepares its `Begun` inside the transaction that begins it."""
+    """The `reads` and `on_begin` of an attempt: what it reads in the round trip that begins
+    it, and its `Begun`, prepared from what they found inside the transaction that begins it."""
 
     def __init__(self) -> None:
         self.begun: Begun | None = None
+        self.checkpoints: store.Query[dict[str, dict]] | None = None
+        self.context: ContextReads | None = None
 
-    def __call__(self, run: Run, message: Message, read: list[list[tuple]]) -> None:
+    def reads(self, message: Message) -> list[store.Query]:
+        """The checkpoints earlier attempts stored for the message (those steps are not run
+        again), then its context. Read on every attempt, as no count on the message says for
+        sure whether one ran before: a model server's outage gives its attempts back
+        uncounted."""
+        self.checkpoints = runs.checkpoints_stored(message_id=message.pk)
+        self.context = context_reads(message=message)
+        return [self.checkpoints, *self.context]
+
+    def __call__(self, run: Run, message: Message, found: store.Found) -> None:
         fault_point("attempt_locked")
-        stored, *read = read
         budget = context_budget(brain_class(message.conversation.brain))
-        context = context_prepare(run=run, message=message, read=read, budget=budget)
+        context = context_prepare(
+            run=run, message=message, reads=self.context, found=found, budget=budget
+        )
         self.begun = Begun(
             run=run,
             brain_name=message.conversation.brain,
-            stored={step: sql.json_value(output) for step, output in stored},
+            stored=found[self.checkpoints],
             context=context,
         )
-
-
-def attempt_reads(message: Message) -> list[sql.Statement]:
-    """What an attempt reads as it begins, in the round trip that begins it: the checkpoints
-    earlier attempts stored for the message (those steps are not run again), then its context.
-    Read on every attempt, as no count on the message says for sure whether one ran before: a
-    model server's outage gives its attempts back uncounted."""
-    return [
-        ("SELECT step, output FROM continuity_checkpoint WHERE message_id = %s", [message.pk]),
-        *context_statements(message=message),
-    ]
 
 
 def attempt_first(*, conversation_id: int, node: str) -> Begun | None:
@@ -145,7 +143,7 @@ def attempt_first(*, conversation_id: int, node: str) -> Begun | None:
     run = attempt_begin(
         conversation_id=conversation_id,
         node=node,
-        reads=attempt_reads,
+        reads=preparation.reads,
         on_begin=preparation,
     )
     return preparation.begun if run is not None else None
@@ -159,7 +157,7 @@ def attempt_next(conversation: Conversation, message: Message, *, node: str) -> 
         conversation=conversation,
         message=message,
         node=node,
-        reads=attempt_reads,
+        reads=preparation.reads,
         on_begin=preparation,
     )
     return preparation.begun
@@ -184,7 +182,7 @@ def attempt_ready(begun: Begun, *, stopping: bool) -> Brain | None:
     if backend and (down := backend_down(backend)):
         attempt_withdraw(run)
         conversation_wait_for_model(conversation_id=run.conversation_id, seconds=down.wait)
-        logger.info("Run %s withdrawn: %s Next try in %.0f s.", run.pk, down.reason, down.wait)
+        logger.info("Attempt %s withdrawn: %s Next try in %.0f s.", run.pk, down.reason, down.wait)
         return None
     return brain
 
@@ -402,7 +400,7 @@ def steps_run(
     if context is None:
         message = Message.objects.select_related("conversation").get(pk=run.message_id)
         if stopped.is_set():
-            raise AttemptStopped(f"Run {run.pk} stopped before assembling its context.")
+            raise AttemptStopped(f"Attempt {run.pk} stopped before assembling its context.")
         context = context_assemble(run=run, message=message, brain=brain)
     plan = step(run, "plan", stopped, stored, lambda: brain.plan(context))
     streamed = ReplyStream(run=run, stopped=stopped)
@@ -418,7 +416,7 @@ def steps_run(
     remembered = None
     if "remember" not in stored:
         if stopped.is_set():
-            raise AttemptStopped(f"Run {run.pk} stopped before step remember.")
+            raise AttemptStopped(f"Attempt {run.pk} stopped before step remember.")
         remembered = brain.remember(context, plan, reply)
     return Answer(
         context=context,
@@ -430,13 +428,13 @@ def steps_run(
 
 
 def context_prepare(
-    *, run: Run, message: Message, read: list[list[tuple]], budget: int
+    *, run: Run, message: Message, reads: ContextReads, found: store.Found, budget: int
 ) -> Context | None:
-    """Inside the transaction that begins the attempt: assemble (from the rows `read` by
-    `context_statements`) and store its context, or None when it needs compacting first to fit
-    the brain's `budget` (the brain's summary is a slow call, made outside any transaction, by
+    """Inside the transaction that begins the attempt: assemble (from what its `reads` found)
+    and store its context, or None when it needs compacting first to fit the brain's `budget`
+    (the brain's summary is a slow call, made outside any transaction, by
     `context_assemble`)."""
-    refs, context = context_of(message=message, attempt=run.attempt, found=read)
+    refs, context = context_of(message=message, attempt=run.attempt, reads=reads, found=found)
     tokens = context_tokens(context)
     if compaction_candidates(refs=refs, context=context, tokens=tokens, budget=budget):
         return None
@@ -504,7 +502,7 @@ def step(
     stored: dict[str, dict],
     compute: Callable[[], dict],
     *,
-    apply: Callable[[dict], list[sql.Statement]] | None = None,
+    apply: Callable[[dict], list[store.Query[bool]]] | None = None,
 ) -> dict:
     """The stored output of this step for the message, or compute it and checkpoint it (with
     the fenced writes `apply` returns, in one transaction and one round trip) before
@@ -512,14 +510,16 @@ def step(
     if name in stored:
         return stored[name]
     if stopped.is_set():
-        raise AttemptStopped(f"Run {run.pk} stopped before step {name}.")
+        raise AttemptStopped(f"Attempt {run.pk} stopped before step {name}.")
     output = compute()
-    checkpoint = checkpoint_insert(run=run, name=name, output=output)
+    checkpoint = runs.checkpoint_insert(run=run, name=name, output=output)
     if apply is None:
-        fence_held(run, sql.rows(*checkpoint))  # one statement: its own transaction
+        fence_held(run, store.run(checkpoint))  # one statement: its own transaction
         return output
     with transaction.atomic():
-        fence_held(run, *sql.batch(*apply(output), checkpoint, commit=True))
+        writes = [*apply(output), checkpoint]
+        found = store.round_trip(*writes, commit=True)
+        fence_held(run, *(found[write] for write in writes))
     return output
 
 
@@ -549,7 +549,7 @@ class ReplyStream:
                     ending = end.value
                     break
                 if self.stopped.is_set():
-                    raise AttemptStopped(f"Run {self.run.pk} stopped while replying.")
+                    raise AttemptStopped(f"Attempt {self.run.pk} stopped while replying.")
                 parts.append(token)
                 unsent.append(token)
                 if time.monotonic() - flushed_at >= settings.CONTINUITY_STREAM_FLUSH_SECONDS:
@@ -565,27 +565,23 @@ class ReplyStream:
             raise
         reply = "".join(parts)
         if not reply.strip():
-            raise EmptyReply(f"Run {self.run.pk}: the assistant's reply was empty.")
+            raise EmptyReply(f"Attempt {self.run.pk}: the assistant's reply was empty.")
         self.rest = "".join(unsent)
         return {"reply": reply, "cut_off": True} if ending == CUT_OFF else {"reply": reply}
 
-    def store_rest(self, output: dict) -> list[sql.Statement]:
+    def store_rest(self, output: dict) -> list[store.Query[bool]]:
         """Inside the step's transaction, which publishes the chunk once it commits."""
         if not self.rest:
             return []
         self.seq += 1
         chunk_publish(run=self.run, seq=self.seq, text=self.rest)
-        return [chunk_insert(run=self.run, seq=self.seq, text=self.rest)]
+        return [runs.chunk_insert(run=self.run, seq=self.seq, text=self.rest)]
 
 
 def chunk_store(*, run: Run, seq: int, text: str) -> None:
     """Store one chunk, fenced, and publish it once stored."""
-    fence_held(run, sql.rows(*chunk_insert(run=run, seq=seq, text=text)))
+    fence_held(run, store.run(runs.chunk_insert(run=run, seq=seq, text=text)))
     chunk_publish(run=run, seq=seq, text=text)
-
-
-def chunk_insert(*, run: Run, seq: int, text: str) -> sql.Statement:
-    return fenced_insert(ReplyChunk, run=run, seq=seq, text=text)
 
 
 def chunk_publish(*, run: Run, seq: int, text: str) -> None:

@@ -68,7 +68,7 @@ def attempt_key_write(*, run_id: int, node: str) -> bool:
         key_set(pipeline, run_key(run_id))
         _, stopping = pipeline.exists(stopping_key(node)).execute()
     except redis.RedisError:
-        logger.warning("Run %s: heartbeat key not written, Redis unavailable", run_id)
+        logger.warning("Attempt %s: heartbeat key not written, Redis unavailable", run_id)
         return False
     return bool(stopping)
 

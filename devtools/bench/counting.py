@@ -54,9 +54,9 @@ def statement_kind(sql: str) -> str:
 def sql_tally(cost: Cost, log: list[dict]) -> None:
     """Statements, transactions and round trips in a query log. Outside `atomic`, each
     statement is a transaction of its own (autocommit); an atomic block is one, if it ran
-    anything. Statements sent together (`continuity.sql.batch`, marked in the log) are one
-    round trip, which also carries the BEGIN before them, and the COMMIT after them when it
-    was sent with them."""
+    anything. Statements sent together (`continuity.store.connection.batch`, marked in the
+    log) are one round trip, which also carries the BEGIN before them, and the COMMIT after
+    them when it was sent with them."""
     in_block = ran = False
     batch = None
     for index, entry in enumerate(log):

@@ -8,10 +8,10 @@ import uuid
 
 from django.contrib.auth import get_user_model
 
-from continuity import sql
-from continuity.context.assembly import WAITING
 from continuity.delivery.inbox import message_accept
 from continuity.models import Conversation, Message
+from continuity.store.connection import row
+from continuity.store.messages import WAITING
 
 from .rig import wait_for
 
@@ -44,7 +44,7 @@ def message_send(conversation: Conversation, text: str | None = None) -> Message
 
 def reply_wait(message: Message, *, timeout: float = 120) -> None:
     wait_for(
-        lambda: sql.row("SELECT 1 FROM continuity_message WHERE reply_to_id = %s", [message.pk]),
+        lambda: row("SELECT 1 FROM continuity_message WHERE reply_to_id = %s", [message.pk]),
         timeout=timeout,
         what=f"the reply to message {message.pk}",
         every=POLL_SECONDS,
@@ -69,7 +69,7 @@ def pending(conversation_ids: list[int]) -> int:
     polled every 20 ms, a query built by the ORM took this process a few percent of a core.
     Its conditions are those of the index of waiting messages (`message_pending`): without the
     role, the server read every message in those states, of every conversation, at each poll."""
-    (count,) = sql.row(
+    (count,) = row(
         f"SELECT COUNT(*) FROM continuity_message WHERE conversation_id = ANY(%s) AND {WAITING}",
         [list(conversation_ids)],
     )

@@ -186,11 +186,11 @@ def test_concurrent_turns_of_one_person_store_one_current_version_of_a_fact():
 
 @pytest.fixture(params=[1, 2, 3, 10])
 def turns_window(request, settings, monkeypatch) -> int:
-    """Turns read a few at a time (`assembly.TURNS_WINDOW`), by a brain that answers at once."""
-    from continuity.context import assembly
+    """Turns read a few at a time (`contexts.TURNS_WINDOW`), by a brain that answers at once."""
+    from continuity.store import contexts
 
     settings.CONTINUITY_BUILTIN_TOKEN_DELAY = 0
-    monkeypatch.setattr(assembly, "TURNS_WINDOW", request.param)
+    monkeypatch.setattr(contexts, "TURNS_WINDOW", request.param)
     return request.param
 
 

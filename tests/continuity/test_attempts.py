@@ -11,7 +11,6 @@ from django.db import transaction
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from continuity.context.assembly import TURNS_SELECT
 from continuity.delivery.alerts import alerts_flush
 from continuity.delivery.attempts.failures import attempt_end, backoff_delay
 from continuity.delivery.attempts.lease import attempt_begin
@@ -19,6 +18,7 @@ from continuity.delivery.conversations import conversation_resume
 from continuity.delivery.inbox import drain_send
 from continuity.errors import InvalidTransition
 from continuity.models import Alert, Conversation, CrashRecord, DeadLetter, Message, Run, Summary
+from continuity.store.contexts import TURNS_SELECT
 from tests.helpers.factories import UserFactory
 from tests.helpers.messages import send
 
@@ -376,13 +376,13 @@ def hot_path_reads_of_a_drain(conversation) -> list[tuple[str, list]]:
     that read messages or runs."""
     from django.db import connection
 
-    from continuity import sql
     from continuity.delivery.processing import drain_conversation
+    from continuity.store.connection import _server_binding_cursor
 
     statements = []
 
     def capture(execute, text, params, many, context):
-        if isinstance(context["cursor"].cursor, sql._server_binding_cursor()):
+        if isinstance(context["cursor"].cursor, _server_binding_cursor()):
             statements.append((text, params))
         return execute(text, params, many, context)
 

@@ -8,8 +8,8 @@ import psycopg
 import pytest
 from django.db import close_old_connections, connection
 
-from continuity import sql
 from continuity.database import base
+from continuity.store.connection import row
 from tests.helpers.postgres import another_session, protocol_of
 from tests.helpers.waiting import wait_for
 
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.postgresql("Continuity's own backend for PostgreSQL")
 
 
 def backend_pid() -> int:
-    (pid,) = sql.row("SELECT pg_backend_pid()")
+    (pid,) = row("SELECT pg_backend_pid()")
     return pid
 
 
@@ -83,7 +83,7 @@ def test_connections_bound_a_frozen_session_and_a_vanished_peer():
     """The server ends a session left idle in a transaction (a frozen worker holding a
     conversation's lock); TCP keepalives and a send timeout end a connection whose peer
     vanished without a reset, as an outage, instead of after the kernel's two hours."""
-    assert sql.row("SHOW idle_in_transaction_session_timeout") == ("5s",)
+    assert row("SHOW idle_in_transaction_session_timeout") == ("5s",)
     parameters = connection.connection.info.get_parameters()
     wanted = {
         "keepalives": "1",

@@ -1,6 +1,6 @@
 """The partial indexes of the message table and the hand-written statements that rely on them
 state the same condition: one written for the ORM (`continuity.models`), one written out in SQL
-(`continuity.context.assembly`). A statement whose condition drifted from its index's would no
+(`continuity.store.messages`). A statement whose condition drifted from its index's would no
 longer be served by it, and no result would change: only the plan, at scale."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 from django.db import connection
 
-from continuity.context.assembly import ANSWERED_QUESTION, WAITING
 from continuity.models import Message
+from continuity.store.messages import ANSWERED_QUESTION, WAITING
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgresql("reads pg_indexes")]
 

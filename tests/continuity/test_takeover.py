@@ -9,8 +9,8 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from continuity import sql
-from continuity.context.assembly import SUPPORT_WROTE, turn_pairs, turns_statement
+from continuity import store
+from continuity.context.assembly import turn_pairs
 from continuity.context.handoffs import handoff_latest
 from continuity.delivery.attempts.lease import attempt_begin
 from continuity.delivery.branches import message_edit
@@ -22,6 +22,8 @@ from continuity.delivery.takeover import (
 )
 from continuity.errors import InvalidTransition
 from continuity.models import Conversation, Message, Run, StaffAction
+from continuity.store import contexts
+from continuity.store.contexts import SUPPORT_WROTE
 from tests.helpers.factories import ConversationFactory, UserFactory
 from tests.helpers.messages import send
 
@@ -58,8 +60,8 @@ def test_support_answers_the_oldest_waiting_message_as_a_person():
     assert (reply.role, reply.author, reply.reply_to_id) == ("staff", opal, question.pk)
     assert Message.objects.get(pk=question.pk).state == "done"
     # The agent's context marks it as support's, not its own words.
-    turns = turn_pairs(sql.rows(*turns_statement(conversation_id=chat.pk, before_id=later.pk)))
-    assert turns[-1][1][2] == f"{SUPPORT_WROTE}Let me fix that"
+    turns = turn_pairs(store.run(contexts.turns(conversation_id=chat.pk, before_id=later.pk)))
+    assert turns[-1][1].text == f"{SUPPORT_WROTE}Let me fix that"
     assert Message.objects.get(pk=later.pk).state == "queued"
     sam = UserFactory(is_staff=True)
     with pytest.raises(InvalidTransition, match="Only the person who took"):

@@ -124,7 +124,7 @@ def attempt_end(
         return False
     run = Run.objects.select_related("message", "conversation").get(pk=run_id)
     message, conversation = run.message, run.conversation
-    logger.warning("Run %s of message %s ended %s: %s", run.pk, message.pk, state, error)
+    logger.warning("Attempt %s of message %s ended %s: %s", run.pk, message.pk, state, error)
     if state == Run.State.CRASHED:
         CrashRecord.objects.create(
             conversation=conversation, message=message, run=run, detected_by=detected_by

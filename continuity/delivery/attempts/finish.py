@@ -8,17 +8,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from django.db import InterfaceError, OperationalError, transaction
+from django.db import transaction
 
-from ... import sql
-from ...context.assembly import PENDING
-from ...context.handoffs import (
-    handoff_after_turn,
-    handoff_latest_statement,
-    handoff_of,
-)
+from ... import store
+from ...context.handoffs import handoff_after_turn
 from ...context.memory import memory_remember_all
-from ...database.clock import db_now
 from ...errors import (
     InvalidTransition,
     NextAttemptFailed,
@@ -26,16 +20,26 @@ from ...errors import (
 from ...live.events import publish_message_changed
 from ...models import Conversation, Message, Run, StaffAction
 from ...ops.faults import fault_point
+from ...store import contexts, conversations, messages, runs
 from ..audit import staff_action_record
-from ..heartbeats import outage_note
 from ..inbox import conversation_enqueue
-from .lease import lease_and_next_statement, next_attempt_of
-from .locking import checkpoint_insert, conversation_lock, conversation_read, fence_held
+from .lease import attempts_committing, next_attempt_of
+from .locking import conversation_lock, fence_held
 
 logger = logging.getLogger(__name__)
 
 
 B = TypeVar("B")
+
+
+@dataclass(frozen=True)
+class Stored:
+    """What `reply_store` stored and found."""
+
+    reply: Message
+    more_pending: bool  # more of the conversation's messages wait
+    conversation: Conversation | None  # as its lock read it (`conversations.conversation_lock`)
+    found: store.Found  # what the statements `then` found
 
 
 def reply_store(
@@ -46,60 +50,30 @@ def reply_store(
     error: str = "",
     stopped: bool = False,
     cut_off: bool = False,
-    first: Sequence[sql.Statement] = (),
-    then: Sequence[sql.Statement] = (),
+    first: Sequence[store.Query[bool]] = (),
+    then: Sequence[store.Query] = (),
     follow_up: bool = True,
-) -> tuple[Message, bool, list[list[tuple]]]:
+) -> Stored:
     """Inside the caller's transaction, in one round trip: lock the conversation (clearing
     its backoff), run `first` (fenced writes of the attempt), end the run in `run_state`,
     store `text` as the reply, mark the message done and let the conversation's next queued
     message go on: a drain is sent for it once the transaction commits, unless the caller
-    answers it itself (`follow_up` False). `then`: reads run last, under the lock. The reply,
-    whether more messages wait, and the rows of `then`, after the conversation's row as its
-    lock read it (`conversation_read`).
+    answers it itself (`follow_up` False). `then`: reads run last, under the lock.
 
     Ending the run is the fence: an attempt that no longer owns the message stores nothing
     (the reply is stored only once the run has ended in `run_state`, and the caller's
     transaction rolls back the rest)."""
-    now = db_now()
-    reply_insert, written = sql.insert_statement(
-        Message,
-        where=(
-            "EXISTS (SELECT 1 FROM continuity_run WHERE id = %s AND state = %s) AND NOT EXISTS "
-            "(SELECT 1 FROM continuity_message WHERE reply_to_id = %s)",
-            [run.pk, run_state, run.message_id],
-        ),
-        conversation_id=run.conversation_id,
-        role=Message.Role.ASSISTANT,
-        text=text,
-        state=Message.State.DONE,
-        reply_to_id=run.message_id,
-        stopped=stopped,
-        cut_off=cut_off,
+    lock = conversations.backoff_clear(run.conversation_id)
+    ended = runs.run_end(run=run, state=run_state, error=error)
+    reply = messages.reply_insert(
+        run=run, run_state=run_state, text=text, stopped=stopped, cut_off=cut_off
     )
-    found = sql.batch(
-        (
-            f"UPDATE continuity_conversation SET retry_at = NULL, updated_at = {now} "
-            f"WHERE id = %s RETURNING {conversation_read()}",
-            [run.conversation_id],
-        ),
-        *first,
-        (
-            f"UPDATE continuity_run SET state = %s, ended_at = {now}, error = %s "
-            "WHERE id = %s AND state = %s RETURNING id",
-            [run_state, error, run.pk, Run.State.RUNNING],
-        ),
-        reply_insert,
-        (
-            "UPDATE continuity_message SET version = version + 1, state = %s WHERE id = %s "
-            f"RETURNING EXISTS (SELECT 1 FROM continuity_message WHERE {PENDING} AND id <> %s)",
-            [Message.State.DONE, run.message_id, run.conversation_id, run.message_id],
-        ),
-        *then,
+    answered = messages.message_answered(
+        message_id=run.message_id, conversation_id=run.conversation_id
     )
-    locked, *firsts, ended, stored, ((more_pending,),) = found[: len(found) - len(then)]
-    thens = [locked, *found[len(found) - len(then) :]]
-    fence_held(run, *firsts, ended)
+    found = store.round_trip(lock, *first, ended, reply, answered, *then)
+    fence_held(run, *(found[write] for write in first), found[ended])
+    more_pending = found[answered]
     if more_pending and follow_up:
         conversation_enqueue(conversation_id=run.conversation_id)
     transaction.on_commit(
@@ -107,7 +81,9 @@ def reply_store(
             conversation_id=run.conversation_id, message_id=run.message_id
         )
     )
-    return sql.inserted(Message, stored, written), bool(more_pending), thens
+    return Stored(
+        reply=found[reply], more_pending=more_pending, conversation=found[lock], found=found
+    )
 
 
 @dataclass(frozen=True)
@@ -140,33 +116,16 @@ def attempt_finish(
     `attempt_start`, or takes the attempt back and returns None): one commit, and its flush
     to disk, fewer per message. Its counter still commits before any of its work. When it
     fails, NextAttemptFailed: nothing was stored, and the caller stores the reply alone."""
-    first = []
-    if remembered is not None:
-        first.append(checkpoint_insert(run=run, name="remember", output={"facts": remembered}))
-    then = [handoff_latest_statement(conversation_id=run.conversation_id)]
-    if begin_next is not None and not follow_up:
-        # The conversation is locked, and read, by the reply's first statement.
-        then.append(lease_and_next_statement(run.conversation_id))
-    begun = None
-    try:
-        with transaction.atomic():
-            finished, begun = reply_and_next(
-                run=run,
-                reply_text=reply_text,
-                cut_off=cut_off,
-                handoff_changes=handoff_changes,
-                remembered=remembered,
-                follow_up=follow_up,
-                begin_next=begin_next,
-                first=first,
-                then=then,
-            )
-    except (OperationalError, InterfaceError):
-        # The commit's answer never came: whether it took is unknown. Had it, the next attempt
-        # began, and no one will run it: when the watchdog reaps it, it is an interruption.
-        if begun is not None:
-            outage_note(begun.run.pk)
-        raise
+    with attempts_committing():
+        finished = reply_and_next(
+            run=run,
+            reply_text=reply_text,
+            cut_off=cut_off,
+            handoff_changes=handoff_changes,
+            remembered=remembered,
+            follow_up=follow_up,
+            begin_next=begin_next,
+        )
     fault_point("after_reply_committed")
     return finished
 
@@ -180,11 +139,19 @@ def reply_and_next(
     remembered: dict[str, str] | None,
     follow_up: bool,
     begin_next: Callable[[Conversation, Message], B | None] | None,
-    first: list[sql.Statement],
-    then: list[sql.Statement],
-) -> tuple[Finished[B], B | None]:
+) -> Finished[B]:
     """`attempt_finish`'s transaction: the reply, and the attempt on the next message."""
-    _, more_pending, (locked, latest_handoff, *next_up) = reply_store(
+    first = []
+    if remembered is not None:
+        first.append(runs.checkpoint_insert(run=run, name="remember", output={"facts": remembered}))
+    latest_handoff = contexts.handoff_latest(conversation_id=run.conversation_id)
+    then = [latest_handoff]
+    lease = None
+    if begin_next is not None and not follow_up:
+        # The conversation is locked, and read, by the reply's first statement.
+        lease = messages.lease_and_next(run.conversation_id)
+        then.append(lease)
+    stored = reply_store(
         run=run,
         text=reply_text,
         cut_off=cut_off,
@@ -197,17 +164,15 @@ def reply_and_next(
         memory_remember_all(
             owner_id=run.conversation.owner_id, message_id=run.message_id, facts=remembered
         )
-    handoff_after_turn(run=run, changes=handoff_changes, latest=handoff_of(latest_handoff))
-    if not (next_up and more_pending):
-        return Finished(more_pending=more_pending and not follow_up), None
-    conversation, message, _ = next_attempt_of(
-        [locked, *next_up], conversation_id=run.conversation_id
-    )
+    handoff_after_turn(run=run, changes=handoff_changes, latest=stored.found[latest_handoff])
+    if lease is None or not stored.more_pending:
+        return Finished(more_pending=stored.more_pending and not follow_up)
+    conversation, message, _ = next_attempt_of(stored.conversation, stored.found[lease])
     try:
         begun = begin_next(conversation, message) if message is not None else None
     except Exception as exc:  # the next message's trouble must not cost this reply
-        raise NextAttemptFailed(f"Run {run.pk}: the next attempt did not begin.") from exc
-    return Finished(next_begun=begun), begun
+        raise NextAttemptFailed(f"Attempt {run.pk}: the next attempt did not begin.") from exc
+    return Finished(next_begun=begun)
 
 
 def reply_stop(
@@ -229,13 +194,13 @@ def reply_stop(
         if run is None:
             raise InvalidTransition(f"No reply is being written to message {message.pk}.")
         written = run.reply_chunks.order_by("seq").values_list("text", flat=True)
-        reply, _, _ = reply_store(
+        reply = reply_store(
             run=run,
             text="".join(written),
             run_state=Run.State.STOPPED,
             error="Stopped by staff." if by is not None else "Stopped by the user.",
             stopped=True,
-        )
+        ).reply
         if by is not None:
             Message.objects.filter(pk=reply.pk).update(stopped_by_staff=True)
             reply.stopped_by_staff = True
@@ -247,7 +212,7 @@ def reply_stop(
                 details={"run": run.pk, "message": message.pk},
             )
     logger.info(
-        "Run %s of message %s stopped by %s",
+        "Attempt %s of message %s stopped by %s",
         run.pk,
         message.pk,
         f"staff ({by.get_username()})" if by is not None else "its owner",

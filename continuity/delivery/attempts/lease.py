@@ -3,62 +3,95 @@ index allows one per conversation), counted on the message before any of its wor
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 from django.db import InterfaceError, OperationalError, transaction
 
-from ... import sql
-from ...context.assembly import PENDING
+from ... import store
 from ...live.events import publish_message_changed
 from ...models import Conversation, CrashRecord, Message, Run
+from ...store import conversations, messages, runs
 from ..heartbeats import outage_note, stale_run_ids
-from ..inbox import message_bump, message_bump_statement
+from ..inbox import message_bump
 from ..workers import current_incarnation
 from .failures import runs_reap
-from .locking import (
-    conversation_lock_statement,
-    conversation_locked,
-    worker_identity,
-)
+from .locking import worker_identity
+
+# What an attempt reads in the round trip that begins it (`attempt_begin`'s `reads`), and
+# how it is given what they found (`on_begin`).
+Reads = Callable[[Message], Sequence[store.Query]]
+OnBegin = Callable[[Run, Message, store.Found], object]
 
 
 def pending_messages(conversation_id: int):
     return Message.objects.filter(conversation_id=conversation_id).waiting().order_by("id")
 
 
+# The attempts begun in the transaction that `attempts_committing` holds.
+_begun_here: ContextVar[list[int] | None] = ContextVar("attempts_begun_here", default=None)
+
+
+@contextmanager
+def attempts_committing() -> Iterator[None]:
+    """The outermost transaction of a worker in which attempts may begin (`attempt_start`).
+
+    When a database error ends it, its commit's answer may be what was lost: a COMMIT sent with
+    the transaction's last statements (`store.round_trip`) or at the block's exit reaches the
+    server, and the connection dies before the answer comes back. Whether it took is unknown.
+    Had it, each attempt begun here is running and no one runs it: each is noted
+    (`outage_note`), so that when the watchdog reaps it, it is an interruption, not a crash. A
+    note on an attempt that never committed names no row, and expires."""
+    begun: list[int] = []
+    token = _begun_here.set(begun)
+    try:
+        with transaction.atomic():
+            yield
+    except Exception as error:
+        if begun and database_lost(error):
+            for run_id in begun:
+                outage_note(run_id)
+        raise
+    finally:
+        _begun_here.reset(token)
+
+
+def database_lost(error: BaseException | None) -> bool:
+    """Whether a database error raised this one, or is it (`NextAttemptFailed` wraps one)."""
+    while error is not None:
+        if isinstance(error, OperationalError | InterfaceError):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
 def attempt_begin(
     *,
     conversation_id: int,
     node: str = "",
-    reads: Callable[[Message], Sequence[sql.Statement]] | None = None,
-    on_begin: Callable[[Run, Message, list[list[tuple]]], object] | None = None,
+    reads: Reads | None = None,
+    on_begin: OnBegin | None = None,
 ) -> Run | None:
     """Start an attempt on the conversation's oldest pending message, or None when there is
     nothing to do now (paused, backing off, empty, or another live attempt holds the lease).
     `on_begin` runs in the same transaction, with the lease held: what it stores commits with
-    the attempt counter (one commit fewer per message). It is given the rows of the `reads`
-    of the message, which run in the round trip that opens the attempt."""
+    the attempt counter (one commit fewer per message). It is given what the `reads` of the
+    message found, in the round trip that opens the attempt."""
     begun = None
-    try:
-        with transaction.atomic():
-            conversation, message, leased = next_attempt_of(
-                sql.batch(*next_attempt_statements(conversation_id)),
-                conversation_id=conversation_id,
+    with attempts_committing():
+        lock = conversations.conversation_lock(conversation_id)
+        lease = messages.lease_and_next(conversation_id)
+        found = store.round_trip(lock, lease)
+        conversation, message, leased = next_attempt_of(found[lock], found[lease])
+        if message is not None:
+            begun = attempt_start(
+                conversation=conversation,
+                message=message,
+                node=node,
+                reads=reads,
+                on_begin=on_begin,
             )
-            if message is not None:
-                begun = attempt_start(
-                    conversation=conversation,
-                    message=message,
-                    node=node,
-                    reads=reads,
-                    on_begin=on_begin,
-                )
-    except (OperationalError, InterfaceError):
-        # The commit's answer never came: whether it took is unknown. Had it, the attempt began
-        # and no one runs it: when the watchdog reaps it, it is an interruption, not a crash.
-        if begun is not None:
-            outage_note(begun.pk)
-        raise
     if begun is not None:
         return begun
     if leased:
@@ -71,27 +104,19 @@ def attempt_begin(
     return None
 
 
-def next_attempt_statements(conversation_id: int) -> list[sql.Statement]:
-    """Lock the conversation, and read what `next_attempt_of` decides on."""
-    return [conversation_lock_statement(conversation_id), lease_and_next_statement(conversation_id)]
-
-
 def next_attempt_of(
-    found: list[list[tuple]], *, conversation_id: int
+    conversation: Conversation | None, lease: messages.LeaseAndNext
 ) -> tuple[Conversation | None, Message | None, bool]:
-    """From the rows of `next_attempt_statements` (or of another statement that locked the
-    conversation and read it as `conversation_read` does, then `lease_and_next_statement`):
-    the locked conversation, the message an attempt may begin on now (None when the
-    conversation is paused, backing off, empty, or another live attempt holds its lease), and
-    whether one does."""
-    locked, next_up = found
-    conversation = conversation_locked(locked)
+    """From the conversation as its lock read it (`conversations.conversation_lock`, or
+    another statement that locks it as that one does) and the lease read after the lock: the
+    locked conversation, the message an attempt may begin on now (None when the conversation
+    is paused, backing off, empty, or another live attempt holds its lease), and whether one
+    does."""
     if conversation is None or conversation.state != Conversation.State.ACTIVE:
         return conversation, None, False
-    leased, message = lease_and_next(next_up, conversation_id=conversation_id)
-    if leased or conversation.backing_off:
-        return conversation, None, leased
-    return conversation, message, False
+    if lease.leased or conversation.backing_off:
+        return conversation, None, lease.leased
+    return conversation, lease.message, False
 
 
 def attempt_start(
@@ -99,8 +124,8 @@ def attempt_start(
     conversation: Conversation,
     message: Message,
     node: str,
-    reads: Callable[[Message], Sequence[sql.Statement]] | None = None,
-    on_begin: Callable[[Run, Message, list[list[tuple]]], object] | None = None,
+    reads: Reads | None = None,
+    on_begin: OnBegin | None = None,
 ) -> Run:
     """Inside the caller's transaction, with the conversation locked and its lease free: begin
     the attempt on `message` (see `attempt_begin`)."""
@@ -111,14 +136,10 @@ def attempt_start(
         node=node,
         reads=reads(message) if reads is not None else (),
     )
+    if (begun_here := _begun_here.get()) is not None:
+        begun_here.append(run.pk)
     if on_begin is not None:
-        try:
-            on_begin(run, message, read)
-        except (OperationalError, InterfaceError):
-            # Its last write may commit the caller's transaction in the same round trip
-            # (`sql.batch`): see `attempt_begin`.
-            outage_note(run.pk)
-            raise
+        on_begin(run, message, read)
     transaction.on_commit(
         lambda: publish_message_changed(conversation_id=conversation.pk, message_id=message.pk)
     )
@@ -144,51 +165,17 @@ def attempt_withdraw(run: Run) -> bool:
     return True
 
 
-def lease_and_next_statement(conversation_id: int) -> sql.Statement:
-    """Whether a live attempt holds the conversation's lease, and its oldest pending message.
-    A statement of its own, run after the lock's: a subquery of the locking statement would
-    read a snapshot taken before the wait for the lock, missing a lease taken meanwhile. The
-    running state is written out, not bound: only then may a plan kept for every conversation
-    read the index of running runs (`run_one_running_per_conversation`), not every past run."""
-    return (
-        "SELECT EXISTS (SELECT 1 FROM continuity_run WHERE conversation_id = %s "
-        f"AND state = '{Run.State.RUNNING}'), m.id, m.text, m.attempts, m.interruptions, "
-        "m.version_of_id "
-        "FROM (SELECT 1) AS one LEFT JOIN continuity_message AS m ON m.id = ("
-        f"SELECT id FROM continuity_message WHERE {PENDING} ORDER BY id LIMIT 1)",
-        [conversation_id, conversation_id],
-    )
-
-
-def lease_and_next(found: list[tuple], *, conversation_id: int) -> tuple[bool, Message | None]:
-    ((leased, pk, text, attempts, interruptions, version_of_id),) = found
-    if pk is None:
-        return bool(leased), None
-    message = sql.instance(
-        Message,
-        id=pk,
-        conversation_id=conversation_id,
-        role=Message.Role.USER,
-        text=text,
-        attempts=attempts,
-        interruptions=interruptions,
-        version_of_id=version_of_id,
-    )
-    return bool(leased), message
-
-
 def attempt_open(
     *,
     conversation: Conversation,
     message: Message,
     node: str,
-    reads: Sequence[sql.Statement] = (),
-) -> tuple[Run, list[list[tuple]]]:
+    reads: Sequence[store.Query] = (),
+) -> tuple[Run, store.Found]:
     """With the conversation locked: count the attempt on the message and take the lease, and
-    run `reads` in the same round trip. The run, and the rows of `reads`."""
+    run `reads` in the same round trip. The run, and what was found."""
     attempt = message.attempts + 1
-    run_insert, written = sql.insert_statement(
-        Run,
+    opened = runs.run_insert(
         conversation_id=conversation.pk,
         message_id=message.pk,
         attempt=attempt,
@@ -197,11 +184,11 @@ def attempt_open(
         worker=worker_identity(),
     )
     # Committed before any work, so an attempt that dies still counts (poison detection).
-    counted = message_bump_statement(
+    counted = messages.message_bump(
         message_id=message.pk, attempts=attempt, state=Message.State.PROCESSING
     )
-    _, opened, *read = sql.batch(counted, run_insert, *reads)
+    found = store.round_trip(counted, opened, *reads)
     message.attempts, message.state = attempt, Message.State.PROCESSING
-    run = sql.inserted(Run, opened, written)
+    run = found[opened]
     run.conversation, run.message = conversation, message
-    return run, read
+    return run, found

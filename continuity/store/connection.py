@@ -1,10 +1,10 @@
-"""Hand-written SQL for the engine's hot path (one message's begin, steps and finish).
+"""Running the store's statements: a cursor that binds values on the server, several
+statements in one round trip, and rows stored and read as the ORM would.
 
-Why not the ORM there: building a query costs 0.3–1.5 ms of CPU per statement on the machines
-this runs on, often more than the statement's round trip, and a message makes about twenty
-(docs/benchmarks.md). Everything else uses the ORM. The SQL here runs on PostgreSQL and on the
-SQLite that `make run` falls back to: no data-modifying CTEs, row locks only where the database
-has them, the database clock and values converted through the helpers below.
+The SQL of the store runs on PostgreSQL and on the SQLite that `make run` falls back to: no
+data-modifying CTEs, row locks only where the database has them, the database clock and
+values converted through the helpers below. Only the store imports this module (an import
+contract in pyproject.toml); the rest of the engine holds `Query`s.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The engine's hand-written SQL helpers (continuity.sql)."""
+"""The engine's hand-written SQL helpers (continuity.store.connection)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import pytest
 from django.db import IntegrityError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from continuity import sql
 from continuity.models import Conversation
+from continuity.store import connection as sql
 from tests.helpers.postgres import another_session, protocol_of, sent
 
 
