@@ -15,17 +15,11 @@ from continuity.delivery.dead_letters import (
 from continuity.delivery.processing import drain_conversation
 from continuity.errors import InvalidMessage, InvalidTransition
 from continuity.models import Alert, DeadLetter, Message, RunContext, StaffAction
+from tests.helpers.console import dead_letter_make
 from tests.helpers.factories import ConversationFactory, UserFactory
 from tests.helpers.messages import send
 
 pytestmark = pytest.mark.django_db
-
-
-def dead(conversation, text: str, *, error: str = "ValueError: no") -> DeadLetter:
-    message = send(conversation, text)
-    run = attempt_begin(conversation_id=conversation.pk)
-    attempt_end(run_id=run.pk, state="failed", error=error, permanent=True)
-    return DeadLetter.objects.get(message=message)
 
 
 @pytest.fixture
@@ -39,7 +33,7 @@ def chat():
 
 
 def test_a_retry_asks_again_at_the_end_after_what_was_said_since(chat, staff):
-    dead_letter = dead(chat, "My name is Ada")
+    dead_letter = dead_letter_make(chat, "My name is Ada")
     later = send(chat, "Thanks")
     drain_conversation(conversation_id=chat.pk)  # the conversation moved on
     assert Message.objects.get(reply_to=later)
@@ -71,7 +65,7 @@ def test_a_retry_asks_again_at_the_end_after_what_was_said_since(chat, staff):
 
 
 def test_edit_and_retry_asks_the_corrected_text_and_keeps_the_original(chat, staff):
-    dead_letter = dead(chat, "My nmae is Ada [[broken]]")
+    dead_letter = dead_letter_make(chat, "My nmae is Ada [[broken]]")
     reask = dead_letter_retry(dead_letter=dead_letter, by=staff, text="My name is Ada")
     assert reask.text == "My name is Ada"
     action = StaffAction.objects.get(dead_letter=dead_letter)
@@ -83,14 +77,14 @@ def test_edit_and_retry_asks_the_corrected_text_and_keeps_the_original(chat, sta
 
 
 def test_an_edit_that_changes_nothing_is_a_plain_retry(chat, staff):
-    dead_letter = dead(chat, "hello there")
+    dead_letter = dead_letter_make(chat, "hello there")
     dead_letter_retry(dead_letter=dead_letter, by=staff, text="  hello   there ")
     assert StaffAction.objects.get().kind == "retry"
 
 
 def test_an_edit_is_checked_like_a_message(chat, staff, settings):
     settings.CONTINUITY_MAX_MESSAGE_CHARS = 10
-    dead_letter = dead(chat, "short")
+    dead_letter = dead_letter_make(chat, "short")
     with pytest.raises(InvalidMessage, match="limit is 10"):
         dead_letter_retry(dead_letter=dead_letter, by=staff, text="x" * 11)
     with pytest.raises(InvalidMessage, match="Type a message"):
@@ -99,7 +93,7 @@ def test_an_edit_is_checked_like_a_message(chat, staff, settings):
 
 
 def test_a_dead_letter_is_dealt_with_once(chat, staff):
-    dead_letter = dead(chat, "hello")
+    dead_letter = dead_letter_make(chat, "hello")
     dead_letter_retry(dead_letter=dead_letter, by=staff)
     with pytest.raises(InvalidTransition, match="already retried"):
         dead_letter_retry(dead_letter=dead_letter, by=staff)
@@ -109,7 +103,7 @@ def test_a_dead_letter_is_dealt_with_once(chat, staff):
 
 
 def test_discard_needs_a_reason_and_is_recorded(chat, staff):
-    dead_letter = dead(chat, "hello")
+    dead_letter = dead_letter_make(chat, "hello")
     with pytest.raises(InvalidMessage, match="Say why"):
         dead_letter_discard(dead_letter=dead_letter, by=staff, reason=" ")
     version = Message.objects.get(pk=dead_letter.message_id).version
@@ -122,7 +116,7 @@ def test_discard_needs_a_reason_and_is_recorded(chat, staff):
 
 
 def test_bulk_retry_keeps_the_order_the_messages_were_sent_in(chat, staff):
-    letters = [dead(chat, f"message {n}") for n in range(3)]
+    letters = [dead_letter_make(chat, f"message {n}") for n in range(3)]
     dead_letter_retry(dead_letter=letters[1], by=staff)
     done, problems = dead_letters_retry(dead_letters=list(reversed(letters)), by=staff)
     assert done == 2 and problems == [f"Dead letter {letters[1].pk} was already retried."]
@@ -131,8 +125,8 @@ def test_bulk_retry_keeps_the_order_the_messages_were_sent_in(chat, staff):
 
 
 def test_error_classes_name_what_ended_the_last_attempt(chat):
-    assert dead(chat, "a", error="ValueError: bad").error_class == "ValueError"
-    assert dead(chat, "b", error="The model refused.").error_class == "Error"
+    assert dead_letter_make(chat, "a", error="ValueError: bad").error_class == "ValueError"
+    assert dead_letter_make(chat, "b", error="The model refused.").error_class == "Error"
     message = send(chat, "c")
     run = attempt_begin(conversation_id=chat.pk)
     Message.objects.filter(pk=message.pk).update(attempts=3)
