@@ -322,7 +322,7 @@ class MessageInline(ReadOnlyInline):
 
 class RunInline(ReadOnlyInline):
     model = Run
-    verbose_name_plural = "runs (the newest 50, newest first)"
+    verbose_name_plural = "attempts (the newest 50, newest first)"
     fields = ["id", "message", "attempt", "state", "worker", "started_at", "ended_at",
               "short_error"]  # fmt: skip
     readonly_fields = fields
@@ -400,7 +400,7 @@ class ConversationAdmin(admin.ModelAdmin):
                                         conversation__id__exact=conversation.pk))
                 for label, model, related, noun, plural in [
                     ("Messages", Message, conversation.messages, "message", ""),
-                    ("Runs", Run, conversation.runs, "run", ""),
+                    ("Attempts", Run, conversation.runs, "attempt", ""),
                     ("Dead letters", DeadLetter, conversation.dead_letters, "dead letter", ""),
                     ("Crashes", CrashRecord, conversation.crashes, "crash record", ""),
                     ("Recoveries", Recovery, conversation.recoveries, "recovery", "recoveries"),

@@ -113,7 +113,7 @@ class Conversation(models.Model):
 
 # A message's three questions, each defined once: for the ORM (`MessageQuerySet`) and for the
 # partial indexes below, whose conditions these are. The hand-written statements that rely on
-# an index write its condition out (context.assembly WAITING and ANSWERED_QUESTION), and
+# an index write its condition out (store.messages WAITING and ANSWERED_QUESTION), and
 # tests/continuity/test_indexes.py checks that PostgreSQL reads the two as the same.
 # A user message that waits for its answer: queued, or being answered.
 WAITING = Q(role="user", state__in=["queued", "processing"])
@@ -152,7 +152,7 @@ class Message(models.Model):
 
     # Not indexed alone: the indexes below that lead with it serve its lookups. One that held
     # a conversation's messages in no useful order let a plan made for any conversation read
-    # all of them and sort them for the turns of a context (`context.assembly.QUESTIONS`).
+    # all of them and sort them for the turns of a context (`store.contexts.QUESTIONS`).
     conversation = models.ForeignKey(
         Conversation, on_delete=models.CASCADE, related_name="messages", db_index=False
     )
@@ -245,7 +245,7 @@ class Message(models.Model):
         indexes = [
             models.Index(fields=["conversation", "state", "id"]),
             models.Index(fields=["state", "created_at"]),
-            # A conversation's waiting questions, in order (`context.assembly.WAITING`): a
+            # A conversation's waiting questions, in order (`store.messages.WAITING`): a
             # few rows, so even a plan made for any conversation finds the next one at once.
             models.Index(
                 fields=["conversation", "id"],
@@ -253,7 +253,7 @@ class Message(models.Model):
                 name="message_pending",
             ),
             # The answered questions of the shown branch, by conversation, in order: the turns
-            # of a context (`context.assembly.ANSWERED_QUESTION`).
+            # of a context (`store.messages.ANSWERED_QUESTION`).
             models.Index(
                 fields=["conversation", "id"],
                 condition=ANSWERED_QUESTION,
@@ -304,6 +304,8 @@ class Run(models.Model):
     traceback = models.TextField(blank=True)
 
     class Meta:
+        # "Run" is the code's and the table's name for it; people read "attempt" everywhere.
+        verbose_name = "attempt"
         ordering = ["id"]
         constraints = [
             # The conversation's lease: at most one live attempt, so a conversation is never
@@ -325,7 +327,9 @@ class Run(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"Run {self.pk} of message {self.message_id} (attempt {self.attempt}, {self.state})"
+        return (
+            f"Attempt {self.pk} (number {self.attempt} on message {self.message_id}, {self.state})"
+        )
 
 
 class Checkpoint(models.Model):

@@ -194,9 +194,9 @@ def run_stop_view(request: HttpRequest, pk: int) -> HttpResponse:
         reply_stop(
             message=run.message, run_id=run.pk, by=request.user, reason=form.cleaned_data["reason"]
         )
-        messages.success(request, f"Run {run.pk} stopped: the user sees its reply as stopped.")
+        messages.success(request, f"Attempt {run.pk} stopped: the user sees its reply as stopped.")
     except InvalidTransition:
-        messages.warning(request, f"Run {run.pk} had already ended: nothing was stopped.")
+        messages.warning(request, f"Attempt {run.pk} had already ended: nothing was stopped.")
     return redirect("dashboard:index")
 
 

@@ -228,11 +228,11 @@ def test_staff_stop_a_reply_from_the_console_while_its_user_watches(browser, pro
 
     staff.goto(f"{site.url}/dashboard/")
     staff.locator(f'[data-stop-run="{run.pk}"]').click()
-    expect(staff.get_by_role("heading", name=f"Stop run {run.pk}?")).to_be_visible()
+    expect(staff.get_by_role("heading", name=f"Stop attempt {run.pk}?")).to_be_visible()
     assert_accessible(staff)
     staff.get_by_label("Why stop it").fill("A runaway reply")
     staff.get_by_role("button", name="Stop the reply").click()
-    expect(staff.get_by_text(f"Run {run.pk} stopped")).to_be_visible()
+    expect(staff.get_by_text(f"Attempt {run.pk} stopped")).to_be_visible()
 
     stopped = user.locator("[data-stopped]")
     expect(stopped).to_have_text("Stopped by staff: this reply was cut short.")

@@ -29,6 +29,7 @@ from continuity.models import (
     RunContext,
     StaffAction,
 )
+from tests.helpers.console import dead_letter_make
 from tests.helpers.factories import ConversationFactory, MessageFactory, UserFactory
 from tests.helpers.messages import send
 
@@ -173,7 +174,7 @@ def test_a_conversation_page_shows_its_messages_and_runs_read_only(admin_client,
     page = change.content.decode()
     assert change.status_code == 200
     assert "Messages (the newest 50, newest first)" in page
-    assert "Runs (the newest 50, newest first)" in page
+    assert "Attempts (the newest 50, newest first)" in page
     assert "My name is Ada" in page
     assert f'href="{url(Message, "change", answered.reply.pk)}" class="inlineviewlink"' in page
     assert f'href="{url(Run, "change", run.pk)}" class="inlineviewlink"' in page
@@ -221,16 +222,12 @@ def test_a_long_conversation_shows_only_its_newest_messages(admin_client, chat):
 
 
 def dead(conversation, text: str) -> DeadLetter:
-    message = send(conversation, text)
-    run = attempt_begin(conversation_id=conversation.pk)
-    attempt_end(
-        run_id=run.pk,
-        state="failed",
+    return dead_letter_make(
+        conversation,
+        text,
         error="ValueError: no",
         traceback='Traceback (most recent call last):\n  File "brain.py"\nValueError: no',
-        permanent=True,
     )
-    return DeadLetter.objects.get(message=message)
 
 
 def test_a_dead_letter_page_shows_the_text_attempts_and_traceback_readably(admin_client, chat):
