@@ -40,12 +40,12 @@ class ContextRefs:
     handoff_id: int | None = None
     checkpoint_id: int | None = None
     summary_id: int | None = None
-    pairs: list[list[int]] = field(default_factory=list)  # [user id, reply id?] per turn
+    exchanges: list[list[int]] = field(default_factory=list)  # [question id, reply id?] each
     pending: list[int] = field(default_factory=list)
 
     @property
     def turns(self) -> list[int]:
-        return [pk for pair in self.pairs for pk in pair]
+        return [pk for exchange in self.exchanges for pk in exchange]
 
 
 def summary_latest(*, conversation_id: int) -> Summary | None:
@@ -74,8 +74,9 @@ class StoredTurn(NamedTuple):
     text: str
 
 
-def turn_pairs(found: list[contexts.TurnRow]) -> list[list[StoredTurn]]:
-    """Each question, and its reply if it has one (the assistant's answer to it, `reply_to`)."""
+def exchanges_of(found: list[contexts.TurnRow]) -> list[list[StoredTurn]]:
+    """The exchanges of the history: each question, and its reply if it has one (the
+    assistant's answer to it, `reply_to`), as turns."""
     return [
         [
             StoredTurn(row.id, row.role, row.text),
@@ -127,7 +128,7 @@ def context_of(
     conversation = message.conversation
     turns = turns_complete(found[reads.turns], conversation_id=conversation.pk)
     summary = found[reads.summary]
-    pairs = turn_pairs(turns)
+    exchanges = exchanges_of(turns)
     plan = turns[-1] if turns and turns[-1].plan_id is not None else None
     handoff = found[reads.handoff]
     facts = found[reads.facts]
@@ -138,7 +139,7 @@ def context_of(
         handoff_id=handoff.pk if handoff else None,
         checkpoint_id=plan.plan_id if plan else None,
         summary_id=summary.pk if summary else None,
-        pairs=[[turn.id for turn in pair] for pair in pairs],
+        exchanges=[[turn.id for turn in exchange] for exchange in exchanges],
         pending=[each.id for each in waiting],
     )
     context = Context(
@@ -152,7 +153,7 @@ def context_of(
         handoff=handoff_note(handoff),
         task_checkpoint=plan.plan_output if plan else {},
         summary=summary.text if summary else "",
-        history=[Turn(turn.role, turn.text) for pair in pairs for turn in pair],
+        history=[Turn(turn.role, turn.text) for exchange in exchanges for turn in exchange],
         pending=[Turn(each.role, each.text) for each in waiting],
         retelling=retelling_of(message),
     )
@@ -177,7 +178,7 @@ def refs_of(run_context: RunContext) -> ContextRefs:
         handoff_id=run_context.handoff_id,
         checkpoint_id=run_context.checkpoint_id,
         summary_id=run_context.summary_id,
-        pairs=[[pk] for pk in run_context.turns],  # flattened again by `turns`
+        exchanges=[[pk] for pk in run_context.turns],  # flattened again by `turns`
         pending=run_context.pending,
     )
 

@@ -29,26 +29,26 @@ def compaction_candidates(
     if tokens <= threshold:
         return []
     sizes = exchange_tokens(refs, context)
-    keep = min(settings.CONTINUITY_HISTORY_TURNS, len(refs.pairs))
+    keep = min(settings.CONTINUITY_HISTORY_TURNS, len(refs.exchanges))
     staying = tokens - sum(sizes[: len(sizes) - keep])
     while keep > 1 and staying > threshold:
         staying -= sizes[len(sizes) - keep]
         keep -= 1
-    return refs.pairs[: len(refs.pairs) - keep]
+    return refs.exchanges[: len(refs.exchanges) - keep]
 
 
 def exchange_tokens(refs: ContextRefs, context: Context) -> list[int]:
-    """The estimated tokens of each exchange of `refs.pairs`, as the context renders it."""
+    """The estimated tokens of each exchange of `refs.exchanges`, as the context renders it."""
     sizes, start = [], 0
-    for pair in refs.pairs:
-        turns = context.history[start : start + len(pair)]
+    for exchange in refs.exchanges:
+        turns = context.history[start : start + len(exchange)]
         sizes.append(tokens_estimate("\n".join(turn_line(turn) for turn in turns)))
-        start += len(pair)
+        start += len(exchange)
     return sizes
 
 
-def turns_of(pairs: list[list[int]]) -> list[Turn]:
-    ids = [pk for pair in pairs for pk in pair]
+def turns_of(exchanges: list[list[int]]) -> list[Turn]:
+    ids = [pk for exchange in exchanges for pk in exchange]
     rows = Message.objects.filter(pk__in=ids).order_by("id").values_list("role", "text")
     return [Turn(role, text) for role, text in rows]
 

@@ -85,7 +85,7 @@ def growth_measure(plan: Plan) -> dict[int, dict]:
             measured[size]["assemblies"].append(times)
     for size, message in questions.items():
         refs = context_gather(message=message)
-        measured[size].update(turns=len(refs.pairs), summary=refs.summary_id is not None)
+        measured[size].update(turns=len(refs.exchanges), summary=refs.summary_id is not None)
     return measured
 
 

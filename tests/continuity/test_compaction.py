@@ -45,15 +45,15 @@ def pairs_before(message: Message, count: int) -> list[int]:
 
 def exchanges(*sizes: int) -> tuple[ContextRefs, Context]:
     """Refs and a context of one exchange per size, each about that many tokens."""
-    pairs, history = [], []
+    exchanges, history = [], []
     for number, size in enumerate(sizes):
-        pairs.append([2 * number + 1, 2 * number + 2])
+        exchanges.append([2 * number + 1, 2 * number + 2])
         question = "q" * (4 * size - len("User: \nAssistant: ") - 1)
         history += [Turn("user", question), Turn("assistant", "")]
     context = Context(
         owner_id=1, conversation_id=1, message_id=1, attempt=1, text="", history=history
     )
-    return ContextRefs(identity="", pairs=pairs), context
+    return ContextRefs(identity="", exchanges=exchanges), context
 
 
 def test_the_threshold_rule(settings):
