@@ -517,10 +517,13 @@ CONTINUITY_HISTORY_EVERY_SECONDS = env_float("CONTINUITY_HISTORY_EVERY_SECONDS",
 # flood in one conversation cannot push everyone else's messages to the back of the queue. The
 # marker expires after this long in case its task was lost after the marker was set.
 CONTINUITY_DRAIN_MARKER_SECONDS = env_float("CONTINUITY_DRAIN_MARKER_SECONDS", 600)
-# A drain keeps answering its conversation's queued messages while it has run less than this,
-# then sends a drain for the rest to the back of the queue, so conversations take turns. A
-# reply of a model takes longer: one message per drain. Quick replies skip a queue round trip.
-CONTINUITY_DRAIN_TURN_SECONDS = env_float("CONTINUITY_DRAIN_TURN_SECONDS", 0.5)
+# A drain's slice: it keeps answering its conversation's queued messages while it has run less
+# than this, then sends a drain for the rest to the back of the queue, so conversations share
+# the workers fairly. A reply of a model takes longer: one message per drain. Quick replies
+# skip a queue round trip. (Its earlier name, CONTINUITY_DRAIN_TURN_SECONDS, is still read.)
+CONTINUITY_DRAIN_SLICE_SECONDS = env_float(
+    "CONTINUITY_DRAIN_SLICE_SECONDS", env_float("CONTINUITY_DRAIN_TURN_SECONDS", 0.5)
+)
 # Attempts given back (planned shutdown, database outage) before a message is dead-lettered.
 CONTINUITY_MAX_INTERRUPTIONS = env_int("CONTINUITY_MAX_INTERRUPTIONS", 10)
 # How long an attempt that lost the database keeps trying to record how it ended.

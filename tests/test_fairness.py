@@ -1,5 +1,5 @@
 """One user's flood must not starve the others: a conversation has at most one drain waiting in
-the queue, and each drain answers messages for one turn (CONTINUITY_DRAIN_TURN_SECONDS) before it
+the queue, and each drain answers messages for one slice (CONTINUITY_DRAIN_SLICE_SECONDS) before it
 queues the next behind everyone else."""
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def test_another_users_message_is_answered_while_one_user_has_200_queued(process
     assert broker.llen("celery") == 2
 
     started = time.monotonic()
-    turns = {} if turn is None else {"CONTINUITY_DRAIN_TURN_SECONDS": turn}
+    turns = {} if turn is None else {"CONTINUITY_DRAIN_SLICE_SECONDS": turn}
     processes.add(WorkerProcess(concurrency=1, **turns))
     wait_for(
         lambda: Message.objects.filter(pk=other.pk, state="done").exists(),
@@ -48,7 +48,7 @@ def test_another_users_message_is_answered_while_one_user_has_200_queued(process
         conversation=flooded, role="assistant", pk__lt=other_reply.pk
     ).count()
     # One worker process, and the flood's drain was first in the queue: it answers flood
-    # messages for its turn, queues its next drain behind the other user's, and the other user
+    # messages for its slice, queues its next drain behind the other user's, and the other user
     # goes next. A turn of 0 is one message; the default turn (half a second) ends long before
     # the flood does (each reply streams for a few tens of milliseconds here).
     if turn == "0":

@@ -566,7 +566,7 @@ def test_a_drain_killed_between_two_of_its_messages_is_redelivered_for_the_rest(
             CONTINUITY_FAULT_KILL_AT="after_reply_committed",
             CONTINUITY_FAULT_ONCE_FILE=str(marker),
             CONTINUITY_REQUEUE_AFTER_SECONDS="3600",
-            CONTINUITY_DRAIN_TURN_SECONDS="60",
+            CONTINUITY_DRAIN_SLICE_SECONDS="60",
         )
     )
     wait_finished(sent, timeout=30)
@@ -578,7 +578,7 @@ def test_a_drain_killed_between_two_of_its_messages_is_redelivered_for_the_rest(
 def test_a_kill_after_a_reply_that_began_the_next_attempt_recovers_that_attempt(
     processes, tmp_path
 ):
-    """Within a drain's turn, the attempt on the next message begins in the transaction that
+    """Within a drain's slice, the attempt on the next message begins in the transaction that
     stores the previous reply (after a first exchange, which may title the conversation, it
     begins in its own). A worker killed right after that commit killed the next attempt: it is
     recovered as any crashed one is, and nothing is lost, repeated or reordered."""
@@ -592,7 +592,7 @@ def test_a_kill_after_a_reply_that_began_the_next_attempt_recovers_that_attempt(
         WorkerProcess(
             CONTINUITY_FAULT_KILL_AT="after_reply_committed",
             CONTINUITY_FAULT_ONCE_FILE=str(marker),
-            CONTINUITY_DRAIN_TURN_SECONDS="60",
+            CONTINUITY_DRAIN_SLICE_SECONDS="60",
         )
     )
     wait_finished(notes)

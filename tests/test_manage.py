@@ -37,3 +37,23 @@ def test_the_product_settings_install_no_developer_tool():
     commands = ran.stdout.split()
     assert "serve" in commands and "watchdog" in commands
     assert "bench" not in commands and "chaos" not in commands
+
+
+@pytest.mark.parametrize(
+    ("env", "seconds"),
+    [
+        ({}, "0.5"),
+        ({"CONTINUITY_DRAIN_SLICE_SECONDS": "2"}, "2.0"),
+        # A deployment configured before the drain's turn was called its slice keeps its value.
+        ({"CONTINUITY_DRAIN_TURN_SECONDS": "3"}, "3.0"),
+        ({"CONTINUITY_DRAIN_SLICE_SECONDS": "2", "CONTINUITY_DRAIN_TURN_SECONDS": "3"}, "2.0"),
+    ],
+)
+def test_the_drain_slice_is_read_under_its_name_or_its_earlier_one(env, seconds):
+    ran = manage(
+        "shell", "-c", "from django.conf import settings; "
+        "print(settings.CONTINUITY_DRAIN_SLICE_SECONDS)",
+        DJANGO_SETTINGS_MODULE="continuity.settings", **env,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.split()[-1] == seconds

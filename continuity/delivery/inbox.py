@@ -97,7 +97,7 @@ def conversation_enqueue(*, conversation_id: int, stamped: bool = False) -> None
 def drain_send(*, conversation_id: int, stamped: bool = False) -> None:
     """Send a drain task unless one for this conversation is already waiting in the queue.
 
-    One waiting drain per conversation keeps the queue fair: a drain answers messages for a turn
+    One waiting drain per conversation keeps the queue fair: a drain answers messages for a slice
     and then sends the next drain to the back of the queue, so conversations take turns. The
     marker lives in the broker's Redis, so a Redis that loses its queue loses the markers with
     it; it holds the drain's sequence number, and a worker clears it when it receives the task.

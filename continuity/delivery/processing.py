@@ -69,21 +69,21 @@ DATABASE_ERRORS = (OperationalError, InterfaceError)
 
 
 def drain_conversation(*, conversation_id: int, node: str = "") -> None:
-    """Answer the conversation's pending messages, oldest first, for its turn
-    (CONTINUITY_DRAIN_TURN_SECONDS); a follow-up task takes the rest from the back of the queue.
-    Within the turn, the attempt on the next message begins in the transaction that stores the
+    """Answer the conversation's pending messages, oldest first, for its slice
+    (CONTINUITY_DRAIN_SLICE_SECONDS); a follow-up task takes the rest from the back of the queue.
+    Within the slice, the attempt on the next message begins in the transaction that stores the
     previous reply. The task is acknowledged only once it returns: a worker that dies during
-    the turn gives it back to the queue."""
-    turn_ends = time.monotonic() + settings.CONTINUITY_DRAIN_TURN_SECONDS
+    the slice gives it back to the queue."""
+    slice_ends = time.monotonic() + settings.CONTINUITY_DRAIN_SLICE_SECONDS
     try:
         begun = attempt_first(conversation_id=conversation_id, node=node)
         while begun is not None:
-            finished = attempt_execute(begun=begun, node=node, turn_ends=turn_ends)
+            finished = attempt_execute(begun=begun, node=node, slice_ends=slice_ends)
             begun = finished.next_begun
             if finished.more_pending:
                 # More wait, and no drain was sent for them: answer the next one here, unless
-                # the turn ran out since the reply was stored (the title took it).
-                if time.monotonic() >= turn_ends:
+                # the slice ran out since the reply was stored (the title took it).
+                if time.monotonic() >= slice_ends:
                     conversation_enqueue(conversation_id=conversation_id)
                     return
                 begun = attempt_first(conversation_id=conversation_id, node=node)
@@ -193,9 +193,9 @@ def attempt_resumes(*, run: Run, message: Message) -> bool:
     return run.attempt > 1 or message.interruptions > 0
 
 
-def attempt_execute(*, begun: Begun, node: str = "", turn_ends: float = 0.0) -> Finished[Begun]:
-    """Run the attempt's steps and store its reply. `turn_ends` (on the monotonic clock): when
-    the drain's turn ends. Until then, the attempt on the next message begins with the reply
+def attempt_execute(*, begun: Begun, node: str = "", slice_ends: float = 0.0) -> Finished[Begun]:
+    """Run the attempt's steps and store its reply. `slice_ends` (on the monotonic clock): when
+    the drain's slice ends. Until then, the attempt on the next message begins with the reply
     (unless the reply may title the conversation: a model call, made after the commit), or
     more waiting messages are left to the caller."""
     run, context = begun.run, begun.context
@@ -223,7 +223,7 @@ def attempt_execute(*, begun: Begun, node: str = "", turn_ends: float = 0.0) -> 
                 cut_off=answer.cut_off,
                 handoff_changes=answer.handoff_changes,
                 remembered=answer.remembered,
-                follow_up=time.monotonic() >= turn_ends,
+                follow_up=time.monotonic() >= slice_ends,
             )
             try:
                 finished = finish(

@@ -51,7 +51,7 @@ def stopping_key(node: str) -> str:
 
 def worker_stopping_mark(*, node: str) -> None:
     """A planned shutdown of this start of the node began: its pool processes begin no further
-    attempt (a drain's turn would otherwise go on after the handover of its attempts)."""
+    attempt (a drain's slice would otherwise go on after the handover of its attempts)."""
     try:
         redis_client().set(stopping_key(node), "1", ex=STOPPING_SECONDS)
     except redis.RedisError:

@@ -56,7 +56,7 @@ def server(settings):
     settings.CONTINUITY_BACKEND_UNAVAILABLE_AFTER = 2
     settings.ADMINS = []
     # One drain answers every message that waits, however slow a loaded machine makes it.
-    settings.CONTINUITY_DRAIN_TURN_SECONDS = 60
+    settings.CONTINUITY_DRAIN_SLICE_SECONDS = 60
     fake.port = port
     yield fake
     if fake.server is not None:
@@ -300,7 +300,7 @@ def windowed(settings):
     settings.CONTINUITY_OPENAI_API_KEY = fake.api_key
     settings.CONTINUITY_OPENAI_MODEL = fake.model
     settings.CONTINUITY_OPENAI_MAX_TOKENS = 100
-    settings.CONTINUITY_DRAIN_TURN_SECONDS = 60
+    settings.CONTINUITY_DRAIN_SLICE_SECONDS = 60
     yield fake
     fake.stop()
 
@@ -362,7 +362,7 @@ def test_a_server_that_counts_tokens_is_never_sent_a_prompt_its_window_cannot_ho
     settings.CONTINUITY_OPENAI_MODEL = fake.model
     settings.CONTINUITY_OPENAI_MAX_TOKENS = 100
     settings.CONTINUITY_OPENAI_SUMMARY_MAX_TOKENS = 30
-    settings.CONTINUITY_DRAIN_TURN_SECONDS = 60
+    settings.CONTINUITY_DRAIN_SLICE_SECONDS = 60
     chat = openai_conversation(UserFactory())
     questions = []
     try:
@@ -392,7 +392,7 @@ def test_an_empty_stream_for_a_long_prompt_teaches_the_window_and_the_conversati
     settings.CONTINUITY_OPENAI_API_KEY = fake.api_key
     settings.CONTINUITY_OPENAI_MODEL = fake.model
     settings.CONTINUITY_OPENAI_MAX_TOKENS = 60
-    settings.CONTINUITY_DRAIN_TURN_SECONDS = 60
+    settings.CONTINUITY_DRAIN_SLICE_SECONDS = 60
     owner = UserFactory()
     chat = openai_conversation(owner)
     try:

@@ -65,7 +65,7 @@ def drains_sent_from_now(monkeypatch) -> list[dict]:
 def test_a_drain_answers_its_conversations_queue_in_order_without_a_task_each(
     conversation, settings, monkeypatch
 ):
-    settings.CONTINUITY_DRAIN_TURN_SECONDS = 60
+    settings.CONTINUITY_DRAIN_SLICE_SECONDS = 60
     sent = [send(conversation, f"note number {i}") for i in range(3)]
     drains = drains_sent_from_now(monkeypatch)
     drain_conversation(conversation_id=conversation.pk)
@@ -79,7 +79,7 @@ def test_once_its_turn_is_over_a_drain_sends_the_next_message_to_the_back_of_the
     conversation, settings, monkeypatch
 ):
     """Conversations take turns: a drain that has had its time answers no further message."""
-    settings.CONTINUITY_DRAIN_TURN_SECONDS = 0
+    settings.CONTINUITY_DRAIN_SLICE_SECONDS = 0
     sent = [send(conversation, f"note number {i}") for i in range(3)]
     drains = drains_sent_from_now(monkeypatch)
     for done in range(1, 4):
@@ -96,7 +96,7 @@ def test_a_drain_whose_turn_ran_out_in_the_title_sends_the_next_message_to_the_q
 ):
     from continuity.delivery import processing
 
-    settings.CONTINUITY_DRAIN_TURN_SECONDS = 0.2
+    settings.CONTINUITY_DRAIN_SLICE_SECONDS = 0.2
     sent = [send(conversation, f"note number {i}") for i in range(2)]
     drains = drains_sent_from_now(monkeypatch)
     # The first reply is titled by the brain: a model may take its time.
@@ -117,7 +117,7 @@ def test_a_drain_of_a_worker_that_began_a_planned_shutdown_begins_no_further_mes
     from continuity.delivery import processing
     from continuity.delivery.workers import worker_stopping_mark
 
-    settings.CONTINUITY_DRAIN_TURN_SECONDS = 60
+    settings.CONTINUITY_DRAIN_SLICE_SECONDS = 60
     if earlier_exchange:
         send(conversation, "hello")
         drain_conversation(conversation_id=conversation.pk)
@@ -382,7 +382,7 @@ def test_within_a_turn_the_next_attempt_begins_in_the_transaction_that_stores_th
 
     from devtools.bench.counting import Cost, sql_tally
 
-    settings.CONTINUITY_DRAIN_TURN_SECONDS = 60
+    settings.CONTINUITY_DRAIN_SLICE_SECONDS = 60
     send(conversation, "hello")
     drain_conversation(conversation_id=conversation.pk)  # a first exchange may be titled
     sent = [send(conversation, f"note number {i}") for i in range(3)]
@@ -406,7 +406,7 @@ def test_a_next_attempt_that_cannot_begin_with_the_reply_costs_the_reply_nothing
 ):
     from continuity.delivery import processing
 
-    settings.CONTINUITY_DRAIN_TURN_SECONDS = 60
+    settings.CONTINUITY_DRAIN_SLICE_SECONDS = 60
     send(conversation, "hello")
     drain_conversation(conversation_id=conversation.pk)  # a first exchange may be titled
     sent = [send(conversation, f"note number {i}") for i in range(2)]
@@ -446,7 +446,7 @@ def test_a_commit_whose_answer_was_lost_costs_the_next_message_nothing(
     from continuity.delivery.watchdog import watchdog_tick
     from continuity.models import CrashRecord
 
-    settings.CONTINUITY_DRAIN_TURN_SECONDS = 60
+    settings.CONTINUITY_DRAIN_SLICE_SECONDS = 60
     send(conversation, "hello")
     drain_conversation(conversation_id=conversation.pk)  # a first exchange may be titled
     first, second = send(conversation, "note number 1"), send(conversation, "note number 2")

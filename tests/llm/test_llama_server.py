@@ -42,7 +42,7 @@ def llama(tiny_model, settings):
     settings.CONTINUITY_OPENAI_BASE_URL = f"{proxy.url}/v1"
     settings.CONTINUITY_OPENAI_MODEL = MODEL
     settings.CONTINUITY_OPENAI_API_KEY = ""
-    settings.CONTINUITY_DRAIN_TURN_SECONDS = 60
+    settings.CONTINUITY_DRAIN_SLICE_SECONDS = 60
     # An interrupted stream is the server's failure: waited out briefly here, and never
     # the point at which its conversations stop trying.
     settings.CONTINUITY_BACKEND_BACKOFF_SECONDS = [0.05, 0.1, 0.2]
