@@ -918,7 +918,7 @@ class HandoffAdmin(VersionedAdmin):
     class Media:
         css = {"all": ["continuity/admin.css"]}
 
-    @admin.display(description="As the next run reads it")
+    @admin.display(description="As the next attempt reads it")
     def rendered(self, handoff):
         return format_html('<pre class="handoff-markdown">{}</pre>', handoff.markdown())
 

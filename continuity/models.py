@@ -367,7 +367,7 @@ class ReplyChunk(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"Chunk {self.seq} of run {self.run_id}"
+        return f"Chunk {self.seq} of attempt {self.run_id}"
 
 
 class CrashRecord(models.Model):
@@ -394,7 +394,7 @@ class CrashRecord(models.Model):
         indexes = [models.Index(fields=["conversation", "detected_at"])]
 
     def __str__(self) -> str:
-        return f"Crash of run {self.run_id} ({self.detected_at:%Y-%m-%d %H:%M:%S})"
+        return f"Crash of attempt {self.run_id} ({self.detected_at:%Y-%m-%d %H:%M:%S})"
 
 
 class DeadLetter(models.Model):
@@ -594,7 +594,7 @@ def sections_lines(text: str) -> list[str]:
 
 
 class Handoff(models.Model):
-    """Human-readable working memory of a conversation, injected into the next run.
+    """Human-readable working memory of a conversation, injected into the next attempt.
 
     Versioned: a new version never overwrites an old one, so any run's context can be shown as
     it was, and staff can diff what changed."""
@@ -610,6 +610,9 @@ class Handoff(models.Model):
         FORGOTTEN = "forgotten", "Forgotten by the user"
         SCOPES_SPLIT = "scopes_split", "Goal moved here from the person's memory"
         HANDED_BACK = "handed_back", "Handed back by support"
+
+    # Its sections, in the order a person reads them.
+    SECTIONS = ("current_state", "critical_context", "next_steps", "decisions")
 
     conversation = models.ForeignKey(
         Conversation, on_delete=models.CASCADE, related_name="handoffs"
@@ -745,7 +748,7 @@ class RunContext(models.Model):
     created_at = models.DateTimeField(db_default=Now())
 
     def __str__(self) -> str:
-        return f"Context of run {self.run_id}"
+        return f"Context of attempt {self.run_id}"
 
 
 class Recovery(models.Model):

@@ -21,8 +21,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 FLOOD = 200
 
 
-@pytest.mark.parametrize("turn", ["0", None], ids=["one-message-turns", "default-turns"])
-def test_another_users_message_is_answered_while_one_user_has_200_queued(processes, turn):
+@pytest.mark.parametrize("slice_seconds", ["0", None], ids=["one-message-slices", "default-slices"])
+def test_another_users_message_is_answered_while_one_user_has_200_queued(processes, slice_seconds):
     broker = redis.Redis.from_url(session_redis_url())
     broker.delete("celery")
     flooded = ConversationFactory()
@@ -35,8 +35,8 @@ def test_another_users_message_is_answered_while_one_user_has_200_queued(process
     assert broker.llen("celery") == 2
 
     started = time.monotonic()
-    turns = {} if turn is None else {"CONTINUITY_DRAIN_SLICE_SECONDS": turn}
-    processes.add(WorkerProcess(concurrency=1, **turns))
+    slices = {} if slice_seconds is None else {"CONTINUITY_DRAIN_SLICE_SECONDS": slice_seconds}
+    processes.add(WorkerProcess(concurrency=1, **slices))
     wait_for(
         lambda: Message.objects.filter(pk=other.pk, state="done").exists(),
         timeout=60,
@@ -49,9 +49,9 @@ def test_another_users_message_is_answered_while_one_user_has_200_queued(process
     ).count()
     # One worker process, and the flood's drain was first in the queue: it answers flood
     # messages for its slice, queues its next drain behind the other user's, and the other user
-    # goes next. A turn of 0 is one message; the default turn (half a second) ends long before
+    # goes next. A slice of 0 is one message; the default slice (half a second) ends long before
     # the flood does (each reply streams for a few tens of milliseconds here).
-    if turn == "0":
+    if slice_seconds == "0":
         assert answered_before == 1, (answered_before, waited)
     else:
         assert 1 <= answered_before < FLOOD // 2, (answered_before, waited)

@@ -49,7 +49,7 @@ class ContextRefs:
 
 
 def summary_latest(*, conversation_id: int) -> Summary | None:
-    return store.run(contexts.summary_latest(conversation_id=conversation_id))
+    return store.execute(contexts.summary_latest(conversation_id=conversation_id))
 
 
 def turns_complete(
@@ -61,7 +61,9 @@ def turns_complete(
     of many tokens)."""
     turns, window = list(found), found
     while len(window) > contexts.TURNS_WINDOW:
-        window = store.run(contexts.turns(conversation_id=conversation_id, before_id=window[0].id))
+        window = store.execute(
+            contexts.turns(conversation_id=conversation_id, before_id=window[0].id)
+        )
         turns[:0] = window
     return turns
 
@@ -74,7 +76,7 @@ class StoredTurn(NamedTuple):
     text: str
 
 
-def exchanges_of(found: list[contexts.TurnRow]) -> list[list[StoredTurn]]:
+def history_exchanges(found: list[contexts.TurnRow]) -> list[list[StoredTurn]]:
     """The exchanges of the history: each question, and its reply if it has one (the
     assistant's answer to it, `reply_to`), as turns."""
     return [
@@ -128,7 +130,7 @@ def context_of(
     conversation = message.conversation
     turns = turns_complete(found[reads.turns], conversation_id=conversation.pk)
     summary = found[reads.summary]
-    exchanges = exchanges_of(turns)
+    exchanges = history_exchanges(turns)
     plan = turns[-1] if turns and turns[-1].plan_id is not None else None
     handoff = found[reads.handoff]
     facts = found[reads.facts]

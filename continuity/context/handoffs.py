@@ -16,12 +16,13 @@ from .. import store
 from ..brains import HandoffNote
 from ..models import Conversation, Handoff, Run, sections_lines
 from ..store import contexts
-from ..store.contexts import HANDOFF_SECTIONS as SECTIONS
+
+SECTIONS = Handoff.SECTIONS
 
 
 def handoff_latest(*, conversation_id: int) -> Handoff | None:
     """The newest handoff of the shown branch (`store.contexts.handoff_latest`)."""
-    return store.run(contexts.handoff_latest(conversation_id=conversation_id))
+    return store.execute(contexts.handoff_latest(conversation_id=conversation_id))
 
 
 def section_text(value: str | list[str]) -> str:
@@ -272,7 +273,7 @@ def handoff_forget_line(*, conversation_id: int, section: str, line: str, author
 
 
 def handoff_correct(*, conversation_id: int, text: str, author) -> Handoff:
-    """The user's correction goes into the critical context of the next run's handoff, added
+    """The user's correction goes into the critical context of the next attempt's handoff, added
     to the newest version under the conversation's lock (a turn ending meanwhile keeps it)."""
     line = f"Correction from the user: {' '.join(text.split())}"
 

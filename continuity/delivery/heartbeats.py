@@ -272,7 +272,7 @@ class RunBeats:
                 alive = heartbeat.beat()
             except Exception:
                 # A heartbeat that died silently would let its attempt run on unfenced.
-                logger.exception("Heartbeat of run %s failed; stopping it", heartbeat.run_id)
+                logger.exception("Heartbeat of attempt %s failed; stopping it", heartbeat.run_id)
             finally:
                 with self._changed:
                     self._beating = None

@@ -289,4 +289,4 @@ def conversation_start(*, owner, text: str, client_id: uuid.UUID, brain: str = "
 def message_bump(*, message_id: int, **changes) -> bool:
     """Apply changes to a message and bump its version, so browsers re-render it. `changes`:
     values by column name. Whether the message was there."""
-    return store.run(messages.message_bump(message_id=message_id, **changes))
+    return store.execute(messages.message_bump(message_id=message_id, **changes))

@@ -171,7 +171,7 @@ def attempt_ready(begun: Begun, *, stopping: bool) -> Brain | None:
     run = begun.run
     if stopping:
         attempt_withdraw(run)
-        raise WorkerStopping(f"Worker {run.node} is shutting down; run {run.pk} withdrawn.")
+        raise WorkerStopping(f"Worker {run.node} is shutting down; attempt {run.pk} withdrawn.")
     try:
         brain = brain_load(begun.brain_name)
     except Exception:
@@ -230,7 +230,7 @@ def attempt_execute(*, begun: Begun, node: str = "", slice_ends: float = 0.0) ->
                     begin_next=None if title_due(context) else partial(attempt_next, node=node)
                 )
             except NextAttemptFailed:
-                logger.warning("Reply of run %s stored alone", run.pk, exc_info=True)
+                logger.warning("Reply of attempt %s stored alone", run.pk, exc_info=True)
                 finished = finish()
             answered = heartbeat.completed = True
         except AttemptStopped as stop:
@@ -514,7 +514,7 @@ def step(
     output = compute()
     checkpoint = runs.checkpoint_insert(run=run, name=name, output=output)
     if apply is None:
-        fence_held(run, store.run(checkpoint))  # one statement: its own transaction
+        fence_held(run, store.execute(checkpoint))  # one statement: its own transaction
         return output
     with transaction.atomic():
         writes = [*apply(output), checkpoint]
@@ -580,7 +580,7 @@ class ReplyStream:
 
 def chunk_store(*, run: Run, seq: int, text: str) -> None:
     """Store one chunk, fenced, and publish it once stored."""
-    fence_held(run, store.run(runs.chunk_insert(run=run, seq=seq, text=text)))
+    fence_held(run, store.execute(runs.chunk_insert(run=run, seq=seq, text=text)))
     chunk_publish(run=run, seq=seq, text=text)
 
 

@@ -106,7 +106,7 @@ def worker_start_scan(*, node: str) -> dict[str, int]:
 
 def runs_interrupt(*, node: str, rounds: int = 3) -> int:
     """Planned shutdown of a node: this incarnation's attempts become interrupted (their
-    heartbeats then stop them), each leaves a "planned shutdown" handoff for the next run, and
+    heartbeats then stop them), each leaves a "planned shutdown" handoff for the next attempt, and
     their conversations are re-enqueued for the next worker.
     Asked again after marking: an attempt whose start committed meanwhile is caught too."""
     interrupted = 0

@@ -9,9 +9,9 @@ Each statement is a function returning a `Query`: its SQL, its values, and how i
 read into a typed row (a NamedTuple or a model instance). `round_trip` runs several in one
 round trip and returns what each found, looked up by its `Query`: nothing is read by
 position. The modules are named for the rows they touch: `conversations`, `messages`, `runs`,
-and `context` for the reads of an attempt's startup context.
+and `contexts` for the reads of an attempt's startup context and its record.
 """
 
-from .query import Found, Query, round_trip, run, unflushed_commit
+from .query import Found, Query, execute, round_trip, unflushed_commit
 
-__all__ = ["Found", "Query", "round_trip", "run", "unflushed_commit"]
+__all__ = ["Found", "Query", "execute", "round_trip", "unflushed_commit"]

@@ -136,7 +136,7 @@ def batch(*statements: Statement, commit: bool = False) -> list[list[tuple]]:
 @contextlib.contextmanager
 def _sent_unread(pipeline: Pipeline) -> Iterator[None]:
     """While a batch's statements are executed: each is sent at once, and no result is read
-    until the pipeline ends (psycopg's internals, pinned by test_sql's protocol trace).
+    until the pipeline ends (psycopg's internals, pinned by test_store_connection's protocol trace).
 
     psycopg otherwise syncs the pipeline after the BEGIN it puts before the first statement of
     a transaction: a round trip of its own, 5 of the 13 that a message took (it syncs
@@ -171,7 +171,7 @@ def _ends_with_sync(pipeline: Pipeline) -> None:
     a batch (its process stopped while it held a conversation's lock) was never ended, and
     held the lock until its process died. The Sync alone makes the server send every result;
     only what libpq still buffers needs sending. (psycopg's internals, for this pipeline
-    object alone, which ends with the batch; pinned by test_sql's protocol trace.)"""
+    object alone, which ends with the batch; pinned by test_store_connection's protocol trace.)"""
     from psycopg.generators import send
 
     fetched = pipeline._fetch_gen

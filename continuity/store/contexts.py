@@ -11,15 +11,14 @@ from ..database.clock import datetime_value
 from ..models import Handoff, Message, RunContext, Summary
 from . import connection
 from .messages import ANSWERED_QUESTION, PENDING
-from .query import Query, every
+from .query import Query, every, inserting
 
-HANDOFF_SECTIONS = ("current_state", "critical_context", "next_steps", "decisions")
 HANDOFF_COLUMNS = (
     "id",
     "conversation_id",
     "version",
     "reason",
-    *HANDOFF_SECTIONS,
+    *Handoff.SECTIONS,
     "author_id",
     "run_id",
     "created_at",
@@ -185,5 +184,4 @@ def handoff_latest(*, conversation_id: int) -> Query[Handoff | None]:
 
 def run_context_insert(**values) -> Query[RunContext]:
     """What an attempt was given, by reference, as `RunContext.objects.create(**values)`."""
-    statement, written = connection.insert_statement(RunContext, **values)
-    return Query(*statement, lambda found: connection.inserted(RunContext, found, written))
+    return inserting(RunContext, **values)

@@ -6,7 +6,8 @@ from typing import NamedTuple
 
 from ..models import Message, Run
 from . import connection
-from .query import Query, changed, first_value
+from .query import Query, changed, first_value, inserting
+from .runs import run_in_state
 
 # The conditions of the message table's partial indexes, written out for the hand-written
 # statements, on the one table they read (unqualified). The values are written out, not
@@ -75,20 +76,18 @@ def message_bump(*, message_id: int, **changes) -> Query[bool]:
 
 
 def message_insert(*, where: connection.Statement | None = None, **values) -> Query[Message | None]:
-    """Store a message as `Message.objects.create(**values)` would (values by attname); under
-    `where`, only if that condition holds (None when it does not)."""
-    statement, written = connection.insert_statement(Message, where=where, **values)
-    return Query(*statement, lambda found: connection.inserted(Message, found, written))
+    """Store a message (see `inserting`)."""
+    return inserting(Message, where=where, **values)
 
 
 def reply_insert(*, run: Run, run_state: str, **values) -> Query[Message | None]:
     """The reply to the run's message, stored only once the run has ended in `run_state` (the
     fence) and only if the message has no reply yet."""
+    ended = run_in_state(run, run_state)
     return message_insert(
         where=(
-            "EXISTS (SELECT 1 FROM continuity_run WHERE id = %s AND state = %s) AND NOT EXISTS "
-            "(SELECT 1 FROM continuity_message WHERE reply_to_id = %s)",
-            [run.pk, run_state, run.message_id],
+            f"{ended[0]} AND NOT EXISTS (SELECT 1 FROM continuity_message WHERE reply_to_id = %s)",
+            [*ended[1], run.message_id],
         ),
         conversation_id=run.conversation_id,
         role=Message.Role.ASSISTANT,

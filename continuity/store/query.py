@@ -8,10 +8,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, NamedTuple, TypeVar
 
+from django.db.models import Model
+
 from . import connection
 
 R = TypeVar("R")
 Row = TypeVar("Row", bound=NamedTuple)
+M = TypeVar("M", bound=Model)
 
 
 @dataclass(frozen=True, eq=False, slots=True)
@@ -28,23 +31,32 @@ class Found:
 
     __slots__ = ("_by_query",)
 
-    def __init__(self, by_query: dict[int, Any]) -> None:
+    def __init__(self, by_query: dict[Query, Any]) -> None:
         self._by_query = by_query
 
     def __getitem__(self, query: Query[R]) -> R:
-        return self._by_query[id(query)]
+        return self._by_query[query]
 
 
 def round_trip(*queries: Query, commit: bool = False) -> Found:
     """Run statements that need none of each other's results in one round trip, in order
     (`connection.batch`, which says what `commit` does), and read what each found."""
     found = connection.batch(*((query.sql, query.params) for query in queries), commit=commit)
-    return Found({id(query): query.read(rows) for query, rows in zip(queries, found, strict=True)})
+    return Found({query: query.read(rows) for query, rows in zip(queries, found, strict=True)})
 
 
-def run(query: Query[R]) -> R:
+def execute(query: Query[R]) -> R:
     """One statement in a round trip of its own."""
     return query.read(connection.rows(query.sql, query.params))
+
+
+def inserting(
+    model: type[M], *, where: connection.Statement | None = None, **values
+) -> Query[M | None]:
+    """Store a row as `model.objects.create(**values)` would (values by attname): the stored
+    instance. Under `where`, only if that condition holds (None when it does not)."""
+    statement, written = connection.insert_statement(model, where=where, **values)
+    return Query(*statement, lambda found: connection.inserted(model, found, written))
 
 
 def unflushed_commit() -> list[Query[list[tuple]]]:
@@ -62,15 +74,6 @@ def first_value(found: list[tuple]) -> Any:
     """The one value of a statement that returns one row of one column."""
     ((value,),) = found
     return value
-
-
-def one(row: type[Row]) -> Callable[[list[tuple]], Row | None]:
-    """The statement's row, as `row`, or None when it found none."""
-
-    def read(found: list[tuple]) -> Row | None:
-        return row._make(found[0]) if found else None
-
-    return read
 
 
 def every(row: type[Row]) -> Callable[[list[tuple]], list[Row]]:

@@ -12,16 +12,15 @@ from django.db.models import Model
 from ..database.clock import db_now
 from ..models import Checkpoint, ReplyChunk, Run
 from . import connection
-from .query import Query, changed
+from .query import Query, changed, inserting
 
 M = TypeVar("M", bound=Model)
 
 
 def run_insert(**values) -> Query[Run]:
-    """Open a run (the conversation's lease: a partial unique index allows one running run per
-    conversation), as `Run.objects.create(**values)` would."""
-    statement, written = connection.insert_statement(Run, **values)
-    return Query(*statement, lambda found: connection.inserted(Run, found, written))
+    """Open an attempt's run (the conversation's lease: a partial unique index allows one
+    running run per conversation), as `Run.objects.create(**values)` would."""
+    return inserting(Run, **values)
 
 
 def run_end(*, run: Run, state: str, error: str = "") -> Query[bool]:
@@ -43,12 +42,17 @@ def run_lock_owned(run: Run) -> Query[bool]:
     )
 
 
-def run_owns(run: Run, *, lock: str = "") -> connection.Statement:
-    """The condition that the attempt's run still owns its message (the fence)."""
+def run_in_state(run: Run, state: str, *, lock: str = "") -> connection.Statement:
+    """The condition that the run is in `state`."""
     return (
         f"EXISTS (SELECT 1 FROM continuity_run WHERE id = %s AND state = %s{lock})",
-        [run.pk, Run.State.RUNNING],
+        [run.pk, state],
     )
+
+
+def run_owns(run: Run, *, lock: str = "") -> connection.Statement:
+    """The condition that the attempt's run still owns its message (the fence)."""
+    return run_in_state(run, Run.State.RUNNING, lock=lock)
 
 
 def fenced_insert(model: type[M], *, run: Run, **values: object) -> Query[bool]:

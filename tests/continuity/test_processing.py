@@ -75,10 +75,10 @@ def test_a_drain_answers_its_conversations_queue_in_order_without_a_task_each(
 
 
 @pytest.mark.django_db(transaction=True)  # the drain's commits send what follows
-def test_once_its_turn_is_over_a_drain_sends_the_next_message_to_the_back_of_the_queue(
+def test_once_its_slice_is_over_a_drain_sends_the_next_message_to_the_back_of_the_queue(
     conversation, settings, monkeypatch
 ):
-    """Conversations take turns: a drain that has had its time answers no further message."""
+    """Conversations share the workers: a drain whose slice is over answers no further message."""
     settings.CONTINUITY_DRAIN_SLICE_SECONDS = 0
     sent = [send(conversation, f"note number {i}") for i in range(3)]
     drains = drains_sent_from_now(monkeypatch)
@@ -91,7 +91,7 @@ def test_once_its_turn_is_over_a_drain_sends_the_next_message_to_the_back_of_the
 
 
 @pytest.mark.django_db(transaction=True)  # the drain's commits send what follows
-def test_a_drain_whose_turn_ran_out_in_the_title_sends_the_next_message_to_the_queue(
+def test_a_drain_whose_slice_ran_out_in_the_title_sends_the_next_message_to_the_queue(
     conversation, settings, monkeypatch
 ):
     from continuity.delivery import processing
@@ -147,7 +147,7 @@ def test_a_drain_of_a_worker_that_began_a_planned_shutdown_begins_no_further_mes
 
 
 @pytest.mark.django_db(transaction=True)  # the drain's commits send what follows
-def test_a_drain_that_starts_once_its_worker_began_a_planned_shutdown_passes_the_turn_on(
+def test_a_drain_that_starts_once_its_worker_began_a_planned_shutdown_passes_the_slice_on(
     conversation, monkeypatch
 ):
     from continuity.delivery.workers import worker_stopping_mark
@@ -374,7 +374,7 @@ def test_a_slow_start_is_not_taken_for_dead_before_its_heartbeat_runs(
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.postgresql("counts the hot path's round trips to PostgreSQL")
-def test_within_a_turn_the_next_attempt_begins_in_the_transaction_that_stores_the_reply(
+def test_within_a_slice_the_next_attempt_begins_in_the_transaction_that_stores_the_reply(
     conversation, settings
 ):
     from django.db import connection
@@ -429,6 +429,53 @@ def test_a_next_attempt_that_cannot_begin_with_the_reply_costs_the_reply_nothing
     replies = Message.objects.filter(role="assistant", reply_to__in=sent).order_by("id")
     assert [reply.reply_to_id for reply in replies] == [m.pk for m in sent]
     assert Message.objects.get(pk=sent[0].pk).attempts == 1
+
+
+@pytest.mark.parametrize("next_in_the_replys_transaction", [False, True])
+def test_an_attempt_whose_beginning_meets_a_database_error_is_noted_as_an_outage(
+    conversation, settings, monkeypatch, next_in_the_replys_transaction
+):
+    """Its beginning's last write may carry the commit (`store.round_trip`), and the error may
+    be the lost answer to it: the attempt may be running with no one to run it, and its
+    reaping must then be an interruption. So a database error that ends the transaction notes
+    each attempt begun in it, also when the next attempt began in the reply's transaction and
+    its error comes wrapped (NextAttemptFailed)."""
+    from django.db import OperationalError
+
+    from continuity.delivery import processing
+    from continuity.delivery.heartbeats import outages_noted
+
+    settings.CONTINUITY_DRAIN_SLICE_SECONDS = 60
+    if next_in_the_replys_transaction:
+        send(conversation, "hello")
+        drain_conversation(conversation_id=conversation.pk)  # a first exchange may be titled
+        send(conversation, "first")
+    failing = send(conversation, "the database goes away")
+    prepare = processing.context_prepare
+    begun = []
+
+    def database_lost(*, run, message, **prepared):
+        if message.pk == failing.pk and not begun:
+            begun.append(run.pk)
+            raise OperationalError("server closed the connection unexpectedly")
+        return prepare(run=run, message=message, **prepared)
+
+    monkeypatch.setattr(processing, "context_prepare", database_lost)
+    if next_in_the_replys_transaction:
+        drain_conversation(conversation_id=conversation.pk)  # the reply is stored alone
+    else:
+        with pytest.raises(OperationalError):
+            processing.attempt_first(conversation_id=conversation.pk, node="")
+    assert begun and outages_noted(begun) == set(begun)
+
+
+def test_an_attempt_begins_only_where_a_lost_commit_would_be_noted(conversation):
+    from continuity.delivery.attempts.lease import attempt_start
+
+    message = send(conversation, "hello")
+    with pytest.raises(RuntimeError, match="attempts_committing"):
+        attempt_start(conversation=conversation, message=message, node="")
+    assert not Run.objects.exists()
 
 
 @pytest.mark.django_db(transaction=True)  # the commit whose answer is lost is a real one

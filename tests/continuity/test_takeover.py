@@ -10,7 +10,7 @@ from django.test import Client
 from django.urls import reverse
 
 from continuity import store
-from continuity.context.assembly import exchanges_of
+from continuity.context.assembly import history_exchanges
 from continuity.context.handoffs import handoff_latest
 from continuity.delivery.attempts.lease import attempt_begin
 from continuity.delivery.branches import message_edit
@@ -60,7 +60,9 @@ def test_support_answers_the_oldest_waiting_message_as_a_person():
     assert (reply.role, reply.author, reply.reply_to_id) == ("staff", opal, question.pk)
     assert Message.objects.get(pk=question.pk).state == "done"
     # The agent's context marks it as support's, not its own words.
-    turns = exchanges_of(store.run(contexts.turns(conversation_id=chat.pk, before_id=later.pk)))
+    turns = history_exchanges(
+        store.execute(contexts.turns(conversation_id=chat.pk, before_id=later.pk))
+    )
     assert turns[-1][1].text == f"{SUPPORT_WROTE}Let me fix that"
     assert Message.objects.get(pk=later.pk).state == "queued"
     sam = UserFactory(is_staff=True)

@@ -59,9 +59,11 @@ def attempts_committing() -> Iterator[None]:
 
 def database_lost(error: BaseException | None) -> bool:
     """Whether a database error raised this one, or is it (`NextAttemptFailed` wraps one)."""
-    while error is not None:
+    seen = set()
+    while error is not None and id(error) not in seen:
         if isinstance(error, OperationalError | InterfaceError):
             return True
+        seen.add(id(error))
         error = error.__cause__ or error.__context__
     return False
 
@@ -129,6 +131,9 @@ def attempt_start(
 ) -> Run:
     """Inside the caller's transaction, with the conversation locked and its lease free: begin
     the attempt on `message` (see `attempt_begin`)."""
+    begun_here = _begun_here.get()
+    if begun_here is None:  # its beginning's commit could be lost unnoted
+        raise RuntimeError("An attempt begins only inside attempts_committing().")
     message.conversation = conversation  # the reads need its owner
     run, read = attempt_open(
         conversation=conversation,
@@ -136,8 +141,7 @@ def attempt_start(
         node=node,
         reads=reads(message) if reads is not None else (),
     )
-    if (begun_here := _begun_here.get()) is not None:
-        begun_here.append(run.pk)
+    begun_here.append(run.pk)
     if on_begin is not None:
         on_begin(run, message, read)
     transaction.on_commit(

@@ -19,7 +19,7 @@ def worker_identity() -> str:
 
 def conversation_lock(conversation_id: int) -> Conversation | None:
     """Lock the conversation's row (see `store.conversations.conversation_lock`)."""
-    return store.run(conversations.conversation_lock(conversation_id))
+    return store.execute(conversations.conversation_lock(conversation_id))
 
 
 def fence_held(run: Run, *stored: bool) -> None:
@@ -30,4 +30,4 @@ def fence_held(run: Run, *stored: bool) -> None:
 
 def run_lock_owned(run: Run) -> None:
     """Inside a transaction: hold the run's row and make sure this attempt still owns it."""
-    fence_held(run, store.run(runs.run_lock_owned(run)))
+    fence_held(run, store.execute(runs.run_lock_owned(run)))
