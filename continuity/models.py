@@ -600,7 +600,8 @@ class Handoff(models.Model):
     it was, and staff can diff what changed."""
 
     class Reason(models.TextChoices):
-        END_OF_TURN = "end_of_turn", "End of turn"
+        # Stored under its first name: rows and running workers of an earlier release use it.
+        AFTER_REPLY = "end_of_turn", "After a reply"
         PLANNED_SHUTDOWN = "planned_shutdown", "Planned shutdown"
         CRASH_RECOVERY = "crash_recovery", "Crash recovery"
         COMPACTION = "compaction", "Compaction"
@@ -691,8 +692,8 @@ class Summary(models.Model):
         Message,
         on_delete=models.RESTRICT,
         related_name="+",
-        help_text="The user message of the last turn (question and its reply) it covers; "
-        "later turns are given verbatim.",
+        help_text="The user message of the last exchange (question and its reply) it covers; "
+        "later exchanges are given verbatim.",
     )
     text = models.TextField()
     author = models.ForeignKey(
@@ -735,7 +736,7 @@ class RunContext(models.Model):
         blank=True,
         on_delete=models.SET_NULL,
         related_name="+",
-        help_text="The last task-state checkpoint: the plan of the previous turn.",
+        help_text="The last task-state checkpoint: the plan of the previous exchange.",
     )
     summary = models.ForeignKey(
         Summary, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"

@@ -476,9 +476,13 @@ CONTINUITY_BACKEND_BACKOFF_SECONDS = [
 CONTINUITY_BACKEND_UNAVAILABLE_AFTER = env_int("CONTINUITY_BACKEND_UNAVAILABLE_AFTER", 3)
 CONTINUITY_BUILTIN_TOKEN_DELAY = env_float("CONTINUITY_BUILTIN_TOKEN_DELAY", 0.03)
 CONTINUITY_MAX_MESSAGE_CHARS = env_int("CONTINUITY_MAX_MESSAGE_CHARS", 16_000)
-CONTINUITY_HISTORY_TURNS = env_int("CONTINUITY_HISTORY_TURNS", 20)
-# The context budget: past CONTINUITY_COMPACT_AT of it, turns older than the last
-# CONTINUITY_HISTORY_TURNS are summarized by the brain (see continuity/context/compaction.py).
+# Exchanges (a question and its reply) that compaction keeps verbatim. (Its earlier name,
+# CONTINUITY_HISTORY_TURNS, is still read: it counted exchanges too.)
+CONTINUITY_HISTORY_EXCHANGES = env_int(
+    "CONTINUITY_HISTORY_EXCHANGES", env_int("CONTINUITY_HISTORY_TURNS", 20)
+)
+# The context budget: past CONTINUITY_COMPACT_AT of it, exchanges older than the last
+# CONTINUITY_HISTORY_EXCHANGES are summarized by the brain (see continuity/context/compaction.py).
 CONTINUITY_CONTEXT_TOKENS = env_int("CONTINUITY_CONTEXT_TOKENS", 8000)
 CONTINUITY_COMPACT_AT = env_float("CONTINUITY_COMPACT_AT", 0.8)
 # What a brain's budget leaves aside from its model's window (beyond the reply's room) for what

@@ -40,20 +40,29 @@ def test_the_product_settings_install_no_developer_tool():
 
 
 @pytest.mark.parametrize(
-    ("env", "seconds"),
+    ("env", "read"),
     [
-        ({}, "0.5"),
-        ({"CONTINUITY_DRAIN_SLICE_SECONDS": "2"}, "2.0"),
-        # A deployment configured before the drain's turn was called its slice keeps its value.
-        ({"CONTINUITY_DRAIN_TURN_SECONDS": "3"}, "3.0"),
-        ({"CONTINUITY_DRAIN_SLICE_SECONDS": "2", "CONTINUITY_DRAIN_TURN_SECONDS": "3"}, "2.0"),
+        ({}, "0.5 20"),
+        ({"CONTINUITY_DRAIN_SLICE_SECONDS": "2", "CONTINUITY_HISTORY_EXCHANGES": "7"}, "2.0 7"),
+        # A deployment configured before the drain's turn was called its slice, and before the
+        # history's turns were called exchanges (which they counted), keeps its values.
+        ({"CONTINUITY_DRAIN_TURN_SECONDS": "3", "CONTINUITY_HISTORY_TURNS": "9"}, "3.0 9"),
+        (
+            {
+                "CONTINUITY_DRAIN_SLICE_SECONDS": "2",
+                "CONTINUITY_DRAIN_TURN_SECONDS": "3",
+                "CONTINUITY_HISTORY_EXCHANGES": "7",
+                "CONTINUITY_HISTORY_TURNS": "9",
+            },
+            "2.0 7",
+        ),
     ],
 )
-def test_the_drain_slice_is_read_under_its_name_or_its_earlier_one(env, seconds):
+def test_renamed_settings_are_read_under_their_name_or_their_earlier_one(env, read):
     ran = manage(
-        "shell", "-c", "from django.conf import settings; "
-        "print(settings.CONTINUITY_DRAIN_SLICE_SECONDS)",
+        "shell", "-c", "from django.conf import settings as s; "
+        "print(s.CONTINUITY_DRAIN_SLICE_SECONDS, s.CONTINUITY_HISTORY_EXCHANGES)",
         DJANGO_SETTINGS_MODULE="continuity.settings", **env,
     )  # fmt: skip
     assert ran.returncode == 0, ran.stderr
-    assert ran.stdout.split()[-1] == seconds
+    assert ran.stdout.splitlines()[-1] == read

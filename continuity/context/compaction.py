@@ -1,8 +1,8 @@
 """Compaction: when the assembled context passes CONTINUITY_COMPACT_AT of the token budget,
-the turns older than the last CONTINUITY_HISTORY_TURNS are summarized by the active brain into
-a new `Summary` version, and more of the oldest, down to the newest exchange, while what stays
-would still pass it: by tokens, whatever the number of exchanges. The messages stay for display
-and audit; they only leave the prompt.
+the exchanges older than the last CONTINUITY_HISTORY_EXCHANGES are summarized by the active
+brain into a new `Summary` version, and more of the oldest, down to the newest exchange, while
+what stays would still pass it: by tokens, whatever the number of exchanges. The messages stay
+for display and audit; they only leave the prompt.
 """
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ def compaction_candidates(
 ) -> list[list[int]]:
     """The exchanges to summarize now, oldest first: none while the context's `tokens` are
     within the threshold of `budget` (default CONTINUITY_CONTEXT_TOKENS); past it, all but the
-    last CONTINUITY_HISTORY_TURNS, and more of the oldest while the rest would still pass it,
+    last CONTINUITY_HISTORY_EXCHANGES, and more of the oldest while the rest would still pass it,
     down to the newest exchange."""
     threshold = compaction_threshold(budget)
     if tokens <= threshold:
         return []
     sizes = exchange_tokens(refs, context)
-    keep = min(settings.CONTINUITY_HISTORY_TURNS, len(refs.exchanges))
+    keep = min(settings.CONTINUITY_HISTORY_EXCHANGES, len(refs.exchanges))
     staying = tokens - sum(sizes[: len(sizes) - keep])
     while keep > 1 and staying > threshold:
         staying -= sizes[len(sizes) - keep]

@@ -1,7 +1,7 @@
 """Handoffs: versioned, human-readable working memory of a conversation (docs/design.md,
 "Handoffs").
 
-Written by the engine at the end of a turn whose task state changed, at a planned shutdown,
+Written by the engine after a reply whose exchange changed the task state, at a planned shutdown,
 after a crash, at a pause and at a compaction; by staff in the admin. Never overwritten.
 """
 
@@ -89,7 +89,7 @@ def handoff_revise(
     run: Run | None = None,
 ) -> Handoff | None:
     """A new version made by `edit` from the newest, read under the conversation's lock: what
-    anyone wrote since (a correction, a staff edit, a turn's end) is never lost. None when the
+    anyone wrote since (a correction, a staff edit, a reply's end) is never lost. None when the
     edit changed nothing."""
     with transaction.atomic():
         conversation_row_lock(conversation_id)
@@ -107,9 +107,9 @@ def handoff_revise(
 
 
 def handoff_changes(before: HandoffNote | None, after: dict | None) -> dict | None:
-    """What a turn changed in its conversation's handoff: `after` (the task state the brain
-    reports, whole sections) against `before` (the handoff the turn began with), line by line.
-    Only these are applied at the turn's end, onto the newest version: the turn never writes
+    """What an exchange changed in its conversation's handoff: `after` (the task state the brain
+    reports, whole sections) against `before` (the handoff the exchange began with), line by line.
+    Only these are applied at the reply's end, onto the newest version: the reply never writes
     back lines it merely read, so what changed meanwhile stays."""
     if not after:
         return None
@@ -186,11 +186,13 @@ def handoff_after_interruption(*, run: Run, reason: str) -> Handoff:
     ) or handoff_latest(conversation_id=run.conversation_id)
 
 
-def handoff_after_turn(*, run: Run, changes: dict | None, latest: Handoff | None) -> Handoff | None:
-    """End of a turn: a new version when the turn changed the task state (`changes`, from
+def handoff_after_reply(
+    *, run: Run, changes: dict | None, latest: Handoff | None
+) -> Handoff | None:
+    """After a reply: a new version when the exchange changed the task state (`changes`, from
     `handoff_changes`: applied onto `latest`, the newest version, read under the
     conversation's lock, which the caller holds), or when the newest still describes an
-    interruption that this turn has now answered; nothing when the sections would be the
+    interruption that this reply has now answered; nothing when the sections would be the
     same."""
     sections = handoff_sections(latest)
     if changes:
@@ -200,7 +202,7 @@ def handoff_after_turn(*, run: Run, changes: dict | None, latest: Handoff | None
         return None
     return handoff_create(
         conversation_id=run.conversation_id,
-        reason=Handoff.Reason.END_OF_TURN,
+        reason=Handoff.Reason.AFTER_REPLY,
         sections=sections,
         run=run,
     )
@@ -274,7 +276,7 @@ def handoff_forget_line(*, conversation_id: int, section: str, line: str, author
 
 def handoff_correct(*, conversation_id: int, text: str, author) -> Handoff:
     """The user's correction goes into the critical context of the next attempt's handoff, added
-    to the newest version under the conversation's lock (a turn ending meanwhile keeps it)."""
+    to the newest version under the conversation's lock (a reply ending meanwhile keeps it)."""
     line = f"Correction from the user: {' '.join(text.split())}"
 
     def edit(sections: dict[str, str]) -> dict[str, str]:

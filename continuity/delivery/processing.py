@@ -381,7 +381,7 @@ class Answer:
     context: Context  # as the attempt assembled it
     text: str
     cut_off: bool  # the model stopped at its length limit
-    # What the turn changed in the handoff it began with (`handoff_changes`), None if nothing.
+    # What the exchange changed in the handoff it began with (`handoff_changes`), None if nothing.
     handoff_changes: dict | None
     remembered: dict[str, str] | None  # the last step's facts; None when an earlier attempt
     # stored them

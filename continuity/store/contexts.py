@@ -155,13 +155,13 @@ def waiting_behind(*, conversation_id: int, message_id: int) -> Query[list[Waiti
     return Query(
         f"SELECT id, role, text FROM continuity_message WHERE {PENDING} AND id > %s "
         "ORDER BY id LIMIT %s",
-        [conversation_id, message_id, settings.CONTINUITY_HISTORY_TURNS],
+        [conversation_id, message_id, settings.CONTINUITY_HISTORY_EXCHANGES],
         every(Waiting),
     )
 
 
 def handoff_latest(*, conversation_id: int) -> Query[Handoff | None]:
-    """The newest handoff of the shown branch: one written at the end of a turn that is now on
+    """The newest handoff of the shown branch: one written after a reply that is now on
     a hidden branch (the conversation was edited before it) describes a state left behind."""
 
     def read(found: list[tuple]) -> Handoff | None:

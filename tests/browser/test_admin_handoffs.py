@@ -50,7 +50,7 @@ def test_staff_edit_a_handoff_and_the_next_reply_uses_it(page: Page, processes):
     page.get_by_label("Password").fill(PASSWORD)
     page.get_by_role("button", name="Log in").click()
     page.goto(f"{site.url}/admin/continuity/conversation/{conversation.pk}/change/")
-    expect(page.locator("#handoffs-group")).to_contain_text("End of turn")  # handoff history
+    expect(page.locator("#handoffs-group")).to_contain_text("After a reply")  # handoff history
     page.get_by_role("link", name="Edit the handoff as a new version").click()
 
     steps = page.get_by_label("Immediate next steps")

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.django_db
 def noted(conversation):
     handoff_write(
         conversation_id=conversation.pk,
-        reason=Handoff.Reason.END_OF_TURN,
+        reason=Handoff.Reason.AFTER_REPLY,
         sections={
             "current_state": "Working on: bake bread",
             "critical_context": "The oven runs hot\nCorrection from the user: Monday",

@@ -60,7 +60,7 @@ def test_the_context_is_assembled_in_order_and_stored_by_reference(conversation,
     assert positions == sorted(positions)
     for expected in (
         "- name: Ada",  # the person's
-        "Working memory (handoff v1, End of turn)",
+        "Working memory (handoff v1, After a reply)",
         "### Current State\nWorking on: learn Rust",  # the conversation's
         "### Immediate Next Steps\n1. Say what “learn Rust” looks like when it is done",
         "Last task-state checkpoint: intent learn",

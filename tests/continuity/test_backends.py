@@ -320,7 +320,7 @@ def test_five_exchanges_past_a_small_window_are_compacted_and_answered(windowed)
         questions.append(send(chat, f"Exchange {number}: {words}"))
         drain_conversation(conversation_id=chat.pk)
 
-    # Five exchanges, far fewer than CONTINUITY_HISTORY_TURNS (20): compacted by tokens.
+    # Five exchanges, far fewer than CONTINUITY_HISTORY_EXCHANGES (20): compacted by tokens.
     assert Summary.objects.filter(conversation=chat).exists()
     assert windowed.overflows == 0  # no prompt was longer than the window
     for question in questions:

@@ -165,7 +165,7 @@ def test_summaries_and_handoffs_of_a_hidden_branch_are_left_out(chat):
     )
     handoff_write(
         conversation_id=chat.pk,
-        reason=Handoff.Reason.END_OF_TURN,
+        reason=Handoff.Reason.AFTER_REPLY,
         sections={"current_state": "Answered three"},
         run=run,
     )

@@ -19,7 +19,7 @@ from tests.helpers.waiting import wait_for
 
 pytestmark = pytest.mark.django_db
 
-BUDGET = {"CONTINUITY_HISTORY_TURNS": 3, "CONTINUITY_CONTEXT_TOKENS": 1000}
+BUDGET = {"CONTINUITY_HISTORY_EXCHANGES": 3, "CONTINUITY_CONTEXT_TOKENS": 1000}
 TURN_1 = "Remember that the spare key is under the blue flower pot."
 
 
@@ -57,7 +57,7 @@ def exchanges(*sizes: int) -> tuple[ContextRefs, Context]:
 
 
 def test_the_threshold_rule(settings):
-    settings.CONTINUITY_HISTORY_TURNS = 2
+    settings.CONTINUITY_HISTORY_EXCHANGES = 2
     settings.CONTINUITY_CONTEXT_TOKENS = 100
     refs, context = exchanges(10, 10, 10, 10)
     assert compaction_candidates(refs=refs, context=context, tokens=80) == []  # not past 80 %
@@ -65,7 +65,7 @@ def test_the_threshold_rule(settings):
 
 
 def test_past_the_threshold_it_compacts_by_tokens_whatever_the_number_of_exchanges(settings):
-    settings.CONTINUITY_HISTORY_TURNS = 20
+    settings.CONTINUITY_HISTORY_EXCHANGES = 20
     settings.CONTINUITY_CONTEXT_TOKENS = 100
     refs, context = exchanges(30, 30, 30, 5)  # four exchanges, far fewer than 20
     assert [exchange_tokens(refs, context)] == [[30, 30, 30, 5]]
@@ -154,7 +154,7 @@ def row_size(run_context: RunContext) -> int:
 @pytest.mark.postgresql("measures the stored row with pg_column_size")
 def test_the_stored_context_is_the_same_size_at_turn_10_and_turn_2000(conversation, settings):
     # Every turn is past the threshold: each compacts down to the newest exchange.
-    settings.CONTINUITY_HISTORY_TURNS = 1
+    settings.CONTINUITY_HISTORY_EXCHANGES = 1
     settings.CONTINUITY_CONTEXT_TOKENS = 100
     answer(conversation, "Hi, my name is Ada and my goal is to learn Rust")
     for number in range(2, 10):

@@ -26,7 +26,7 @@ def answer(conversation, text: str) -> str:
 def test_versions_are_added_never_overwritten_and_render_as_the_seed_document(conversation):
     first = handoff_write(
         conversation_id=conversation.pk,
-        reason=Handoff.Reason.END_OF_TURN,
+        reason=Handoff.Reason.AFTER_REPLY,
         sections={
             "current_state": "Working on: Q1 research report",
             "critical_context": ["Focus on APAC markets", "Draft in workspace/draft.md"],
@@ -53,7 +53,7 @@ def test_versions_are_added_never_overwritten_and_render_as_the_seed_document(co
         assert expected in markdown
 
 
-def test_an_end_of_turn_handoff_is_written_only_when_the_task_state_changed(conversation):
+def test_a_handoff_after_a_reply_is_written_only_when_the_task_state_changed(conversation):
     answer(conversation, "Hi, my name is Ada and my goal is to ship the compiler")
     handoff = Handoff.objects.get(conversation=conversation)
     assert (handoff.version, handoff.reason, handoff.author) == (1, "end_of_turn", None)

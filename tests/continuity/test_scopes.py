@@ -64,7 +64,7 @@ def test_a_correction_made_while_a_reply_is_written_is_in_the_next_reply(convers
     answer(conversation, "My goal is to bake rye bread")
 
     latest = handoff_latest(conversation_id=conversation.pk)
-    assert latest.reason == Handoff.Reason.END_OF_TURN
+    assert latest.reason == Handoff.Reason.AFTER_REPLY
     assert "Correction from the user: My deadline moved to Monday" in latest.critical_context
     assert latest.current_state.splitlines()[0] == "Working on: bake rye bread"
     recap = answer(conversation, "Where were we?")
@@ -109,7 +109,7 @@ def test_forgetting_a_fact_takes_it_out_of_every_note_and_summary(user):
     for conversation in (chat, other):
         handoff_write(
             conversation_id=conversation.pk,
-            reason=Handoff.Reason.END_OF_TURN,
+            reason=Handoff.Reason.AFTER_REPLY,
             sections={"critical_context": "name: Ada Quill\nThe oven runs hot"},
         )
     first = chat.messages.order_by("pk").first()
@@ -146,7 +146,7 @@ def test_a_forgotten_fact_is_in_no_later_prompt_a_model_is_sent(user, settings):
         answer(chat, "My name is Ada Quill and my goal is to bake bread")
         handoff_write(  # a copy the old code made in another conversation's notes
             conversation_id=other.pk,
-            reason=Handoff.Reason.END_OF_TURN,
+            reason=Handoff.Reason.AFTER_REPLY,
             sections={"critical_context": "name: Ada Quill"},
         )
         answer(other, "Hello")
@@ -170,7 +170,7 @@ def test_forgetting_finds_values_that_are_not_plain_words(user):
     fact = memory_remember(owner_id=user.pk, key="likes", value="C++")
     handoff_write(
         conversation_id=chat.pk,
-        reason=Handoff.Reason.END_OF_TURN,
+        reason=Handoff.Reason.AFTER_REPLY,
         sections={"critical_context": "likes: C++\nlikes: C sharp"},
     )
     memory_fact_forget(fact=fact)

@@ -139,7 +139,7 @@ def test_five_exchanges_past_the_window_are_compacted_and_answered(llama, settin
 
     replies = [answered(send(chat, said(number, 25))) for number in range(5)]
 
-    # Five exchanges, far fewer than CONTINUITY_HISTORY_TURNS (20): compacted by tokens.
+    # Five exchanges, far fewer than CONTINUITY_HISTORY_EXCHANGES (20): compacted by tokens.
     assert Summary.objects.filter(conversation=chat).exists()
     for reply in replies:
         assert_as_the_server_sent_it(reply, llama)

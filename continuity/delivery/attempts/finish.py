@@ -11,7 +11,7 @@ from typing import Generic, TypeVar
 from django.db import transaction
 
 from ... import store
-from ...context.handoffs import handoff_after_turn
+from ...context.handoffs import handoff_after_reply
 from ...context.memory import memory_remember_all
 from ...errors import (
     InvalidTransition,
@@ -107,7 +107,7 @@ def attempt_finish(
     begin_next: Callable[[Conversation, Message], B | None] | None = None,
 ) -> Finished[B]:
     """Store the reply, mark the message done and the run completed, in one transaction, with
-    the end-of-turn handoff: written once, even when an earlier attempt got this far.
+    the handoff after the reply: written once, even when an earlier attempt got this far.
     `remembered`: the facts of the last step, stored with its checkpoint in that transaction
     (no step follows it); None when an earlier attempt stored them.
 
@@ -164,7 +164,7 @@ def reply_and_next(
         memory_remember_all(
             owner_id=run.conversation.owner_id, message_id=run.message_id, facts=remembered
         )
-    handoff_after_turn(run=run, changes=handoff_changes, latest=stored.found[latest_handoff])
+    handoff_after_reply(run=run, changes=handoff_changes, latest=stored.found[latest_handoff])
     if lease is None or not stored.more_pending:
         return Finished(more_pending=stored.more_pending and not follow_up)
     conversation, message, _ = next_attempt_of(stored.conversation, stored.found[lease])
@@ -184,7 +184,7 @@ def reply_stop(
 
     The attempt learns it at its next write or heartbeat (its run is no longer running) and
     ends without writing anything more: every write of an attempt is fenced on its run's
-    state. A stopped turn stores no new memory or handoff; the exchange stays in the history."""
+    state. A stopped reply stores no new memory or handoff; the exchange stays in the history."""
     with transaction.atomic():
         conversation_lock(message.conversation_id)
         run = Run.objects.select_for_update().filter(message=message, state=Run.State.RUNNING)
