@@ -478,7 +478,7 @@ def test_crashes_between_answers_given_at_the_first_try_pause_nothing(processes)
 def test_twenty_messages_over_four_conversations_with_random_child_kills(processes):
     worker = processes.add(
         WorkerProcess(
-            CONTINUITY_BUILTIN_TOKEN_DELAY="0.03",
+            CONTINUITY_BUILTIN_TOKEN_DELAY="0.015",
             CONTINUITY_MAX_ATTEMPTS="20",
             CONTINUITY_PAUSE_AFTER_CRASHES="100",
         )

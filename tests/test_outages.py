@@ -163,6 +163,10 @@ class Relayed:
     worker: WorkerProcess
 
 
+# The worker's TCP user timeout: the production default (10 s) would only make the test longer.
+BLACK_HOLE_NOTICED_MS = 3_000
+
+
 @pytest.fixture
 def relayed(processes):
     """A worker (writing slowly) that reaches PostgreSQL through a TCP relay of the test's,
@@ -172,7 +176,11 @@ def relayed(processes):
     through_relay = f"postgres://{database['USER']}@{RELAY_HOST}:{relay.port}/{database['NAME']}"
     try:
         worker = processes.add(
-            WorkerProcess(CONTINUITY_BUILTIN_TOKEN_DELAY="0.05", DATABASE_URL=through_relay)
+            WorkerProcess(
+                CONTINUITY_BUILTIN_TOKEN_DELAY="0.05",
+                DATABASE_URL=through_relay,
+                DATABASE_TCP_USER_TIMEOUT_MS=str(BLACK_HOLE_NOTICED_MS),
+            )
         )
         processes.add(WatchdogProcess())
         yield Relayed(relay=relay, worker=worker)
@@ -183,7 +191,7 @@ def relayed(processes):
 def test_a_black_holed_database_connection_fails_within_seconds_as_an_outage(relayed):
     """The worker reaches the database through a relay whose address is then black-holed
     mid-reply: its packets vanish, with no reset and no refusal. Its statements fail within
-    the connection's TCP user timeout (10 s) instead of the kernel's minutes, the attempt is
+    the connection's TCP user timeout (3 s here) instead of the kernel's minutes, the attempt is
     given back as a database outage (no crash, no attempt used up) while the watchdog, which
     still reaches the database, leaves it alone (its heartbeat key lives on), and once the
     hole closes the reply is completed, once."""
