@@ -98,10 +98,12 @@ def reply_insert(*, run: Run, run_state: str, **values) -> Query[Message | None]
 
 
 def message_answered(*, message_id: int, conversation_id: int) -> Query[bool]:
-    """Mark the message done: whether more of the conversation's messages wait after it."""
+    """Mark the message done: whether more of the conversation's messages wait after it. False
+    when the message is gone (its conversation was deleted meanwhile): the run went with it, so
+    the attempt's fence stops it, and nothing the round trip wrote is kept."""
     return Query(
         "UPDATE continuity_message SET version = version + 1, state = %s WHERE id = %s "
         f"RETURNING EXISTS (SELECT 1 FROM continuity_message WHERE {PENDING} AND id <> %s)",
         [Message.State.DONE, message_id, conversation_id, message_id],
-        lambda found: bool(first_value(found)),
+        lambda found: bool(found) and bool(first_value(found)),
     )

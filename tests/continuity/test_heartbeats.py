@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
 from datetime import timedelta
 
 import pytest
+from django.db import transaction
 from django.utils import timezone
 
 from continuity.delivery import processing
 from continuity.delivery.attempts.failures import attempt_end
 from continuity.delivery.attempts.finish import attempt_finish
 from continuity.delivery.attempts.lease import attempt_begin
+from continuity.delivery.conversations import conversation_delete
 from continuity.delivery.heartbeats import RunHeartbeat, keys_alive, run_key, stale_run_ids
 from continuity.delivery.inbox import message_accept
 from continuity.delivery.processing import chunk_store, step
@@ -54,13 +57,24 @@ def test_a_heartbeat_that_finds_its_run_ended_stops_the_attempt(run):
 
 def test_a_fenced_attempt_cannot_checkpoint_or_reply(run):
     attempt_end(run_id=run.pk, state="crashed", error="reaped", detected_by="watchdog")
-    never = __import__("threading").Event()
+    never = threading.Event()
     with pytest.raises(AttemptStopped):
         step(run, "plan", never, {}, lambda: {"intent": "x"})
     with pytest.raises(AttemptStopped):
         attempt_finish(run=run, reply_text="too late")
     assert not Checkpoint.objects.exists()
     assert not Message.objects.filter(role="assistant").exists()
+
+
+def test_an_attempt_whose_conversation_was_deleted_is_stopped_and_writes_nothing(run):
+    with transaction.atomic():
+        conversation_delete(conversation=run.conversation)
+    never = threading.Event()
+    with pytest.raises(AttemptStopped):
+        step(run, "plan", never, {}, lambda: {"intent": "x"})
+    with pytest.raises(AttemptStopped):
+        attempt_finish(run=run, reply_text="too late")
+    assert not Message.objects.exists() and not Checkpoint.objects.exists()
 
 
 def test_a_fenced_attempt_can_neither_store_nor_publish_a_chunk(run, monkeypatch):
