@@ -10,7 +10,7 @@ import redis
 from django.conf import settings
 from django.db import connection
 
-from continuity.live.events import publisher_flush
+from continuity.live.events import publisher_close, publisher_flush
 from tests.helpers.factories import ConversationFactory, UserFactory
 from tests.helpers.processes import WatchdogProcess, WebProcess, WorkerProcess
 
@@ -62,7 +62,9 @@ def pytest_collection_modifyitems(config, items):
                 raise pytest.UsageError(f"{item.nodeid}: say why {why}")
     # Tests that start processes take seconds each, the others milliseconds. Sent first, they
     # spread over pytest-xdist's workers and the quick ones fill in at the end: in file order a
-    # long one could start last, while the other worker has nothing left to do.
+    # long one could start last, while the other workers have nothing left to do. pytest-django
+    # sorts after this (its own order: plain database tests, transactional ones, the rest), so
+    # they come first within each of those groups, which puts most of them mid-run.
     items.sort(key=lambda item: item.get_closest_marker("processes") is None)
 
 
@@ -110,8 +112,11 @@ def drop_leftover_connections(django_db_setup, django_db_blocker):
 def flush_by_delete():
     """A transactional test's database is emptied with DELETE, not Django's TRUNCATE of every
     table: on PostgreSQL a TRUNCATE replaces each table's files, about 0.1 s for the few rows a
-    test leaves, where a DELETE takes a millisecond. Foreign keys are deferred to the flush's
-    commit, so the order of the tables does not matter."""
+    test leaves, where a DELETE takes a millisecond. The tables are locked first, as TRUNCATE
+    locks them: a write still in flight (a killed worker's last batch) is waited for and
+    emptied too, and none lands after. Foreign keys are deferred to the flush's commit, so the
+    order of the tables does not matter. (docs/upgrade-checklist.md: Django's flush command
+    must still build its statements with `sql_flush`.)"""
     from django.db.backends.postgresql.operations import DatabaseOperations
 
     truncate = DatabaseOperations.sql_flush
@@ -121,7 +126,13 @@ def flush_by_delete():
             return truncate(
                 self, style, tables, reset_sequences=reset_sequences, allow_cascade=allow_cascade
             )
-        return [f"DELETE FROM {self.quote_name(table)}" for table in tables]
+        if not tables:
+            return []
+        names = [self.quote_name(table) for table in tables]
+        return [
+            f"LOCK TABLE {', '.join(names)} IN ACCESS EXCLUSIVE MODE",
+            *(f"DELETE FROM {name}" for name in names),
+        ]
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(DatabaseOperations, "sql_flush", sql_flush)
@@ -130,11 +141,15 @@ def flush_by_delete():
 
 @pytest.fixture(autouse=True)
 def redis_emptied_after():
-    """Each test leaves the session's Redis empty, its live events sent first. Keys and channel
-    groups there are named after row ids (drain markers, a conversation's or a user's group),
-    and ids come back: SQLite gives the ids of a test's rolled-back rows out again."""
+    """Each test leaves the session's Redis empty, its live events sent first, and this
+    process's publisher closed. Keys and channel groups there are named after row ids (drain
+    markers, a conversation's or a user's group), and ids come back: SQLite gives the ids of a
+    test's rolled-back rows out again. A publisher that met a stopped or restarting Redis
+    pauses live updates for seconds (continuity.live.events), which the next test's page,
+    waiting for an event, would take for a lost one."""
     yield
     publisher_flush()
+    publisher_close()
     with contextlib.suppress(redis.RedisError):  # a fault test may have left it stopped
         redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2).flushdb()
 
