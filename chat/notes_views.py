@@ -1,7 +1,7 @@
 """A conversation's own notes, for the person whose conversation it is: its goal, what to keep
 in mind, its next steps and decisions (its newest handoff), which no other conversation sees.
 They correct them (a line the next reply reads) or forget a line, at any time, also while a
-reply is being written: the turn's end keeps both."""
+reply is being written: the reply's end keeps both."""
 
 from __future__ import annotations
 

@@ -87,10 +87,10 @@ class Brain(Protocol):
         ended early) is an error, raised: never returned as if it were the answer."""
 
     def remember(self, context: Context, plan: dict, reply: str) -> dict[str, str]:
-        """Durable facts about the user learned from this turn."""
+        """Durable facts about the user learned from this exchange."""
 
     def task_state(self, context: Context, plan: dict, reply: str) -> dict[str, str] | None:
-        """The handoff sections after this turn (current_state, critical_context, next_steps,
+        """The handoff sections after this exchange (current_state, critical_context, next_steps,
         decisions; lists one item per line), or None when the task state did not change."""
 
     def title(self, context: Context, reply: str) -> str:

@@ -31,7 +31,7 @@ def memory_facts_of(owner) -> QuerySet[MemoryFact]:
 
 def owner_lock(owner_id: int) -> None:
     """Fact writes of one person are serialized on their user row: a key's current version is
-    superseded and the next one created under it, so turns of several conversations answered
+    superseded and the next one created under it, so the replies of several conversations written
     by several workers at once never race to create the same key (seen in chaos runs)."""
     list(get_user_model().objects.select_for_update().filter(pk=owner_id).values_list("pk"))
 

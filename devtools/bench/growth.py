@@ -1,6 +1,6 @@
 """(4) Growth: per-message latency and context assembly (`context_gather` + `context_load`) as
 one conversation's history grows, as ratios to the smallest; and what the engine stores per
-turn (checkpoints, the run's context) early and late in a long conversation.
+exchange (checkpoints, the run's context) early and late in a long conversation.
 
 Prior history is written in one SQL statement (through the pipeline, 100,000 messages would
 take hours). It has no summary: the first message sent afterwards compacts it, as the engine
@@ -22,19 +22,19 @@ from .stats import Figure, Section, latency_figures
 from .traffic import conversations_new, one_at_a_time
 
 # Ids interleave as the pipeline leaves them (each question, then its reply); the texts have
-# the length of the bench's own turns ("discuss" replies of the built-in brain).
+# the length of the bench's own exchanges ("discuss" replies of the built-in brain).
 HISTORY_SQL = """
-WITH turns AS MATERIALIZED (
+WITH exchanges AS MATERIALIZED (
     SELECT n, nextval(%(sequence)s) AS question, nextval(%(sequence)s) AS answer
-    FROM generate_series(1, %(turns)s) AS n
+    FROM generate_series(1, %(exchanges)s) AS n
 )
 INSERT INTO {table} (id, conversation_id, role, text, client_id, state, attempts,
     interruptions, version, reply_to_id, stopped, reasked_from_id, created_at, updated_at)
 SELECT question, %(conversation)s, 'user', format(%(question_text)s, n), NULL::uuid, 'done', 1,
-    0, 3, NULL::bigint, false, NULL::bigint, now(), now() FROM turns
+    0, 3, NULL::bigint, false, NULL::bigint, now(), now() FROM exchanges
 UNION ALL
 SELECT answer, %(conversation)s, 'assistant', format(%(answer_text)s, n, n), NULL::uuid, 'done',
-    0, 0, 1, question, false, NULL::bigint, now(), now() FROM turns
+    0, 0, 1, question, false, NULL::bigint, now(), now() FROM exchanges
 ORDER BY 1
 """
 # Each question was answered by one attempt, whose run stays: the lease check of every new
@@ -57,8 +57,8 @@ def growth_run(rig: Rig, plan: Plan) -> Section:
     section = Section("growth", "Growth with the length of a conversation")
     measured = growth_measure(plan)
     section.figures += growth_figures(measured)
-    for turn in plan.storage_turns:
-        section.figures += storage_figures(turn, stored_at_turn(turn))
+    for exchange in plan.storage_exchanges:
+        section.figures += storage_figures(exchange, stored_at_exchange(exchange))
     section.notes += growth_notes(measured, plan)
     return section
 
@@ -70,7 +70,7 @@ def growth_measure(plan: Plan) -> dict[int, dict]:
     conversations, measured = {}, {}
     for size in plan.growth_sizes:
         (conversation,) = conversations_new(1)
-        history_insert(conversation.pk, turns=size // 2)
+        history_insert(conversation.pk, exchanges=size // 2)
         conversations[size] = conversation
         first = one_at_a_time(conversation, 1)[1]
         measured[size] = {"first": first, "replies": [], "assemblies": []}
@@ -85,7 +85,7 @@ def growth_measure(plan: Plan) -> dict[int, dict]:
             measured[size]["assemblies"].append(times)
     for size, message in questions.items():
         refs = context_gather(message=message)
-        measured[size].update(turns=len(refs.exchanges), summary=refs.summary_id is not None)
+        measured[size].update(exchanges=len(refs.exchanges), summary=refs.summary_id is not None)
     return measured
 
 
@@ -97,7 +97,7 @@ def last_question(conversation) -> Message:
     )
 
 
-def history_insert(conversation_id: int, *, turns: int) -> None:
+def history_insert(conversation_id: int, *, exchanges: int) -> None:
     table = Message._meta.db_table
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_get_serial_sequence(%s, 'id')", [table])
@@ -106,7 +106,7 @@ def history_insert(conversation_id: int, *, turns: int) -> None:
             HISTORY_SQL.format(table=connection.ops.quote_name(table)),
             {
                 "sequence": sequence,
-                "turns": turns,
+                "exchanges": exchanges,
                 "conversation": conversation_id,
                 "question_text": QUESTION,
                 "answer_text": ANSWER,
@@ -162,12 +162,13 @@ def p50(samples_per_rep: list[list[float]], name: str = "") -> Figure:
     return latency_figures(name, samples_per_rep)[0]
 
 
-def stored_at_turn(turn: int) -> dict[str, int]:
-    """Bytes stored for the turn'th message of a conversation (PostgreSQL's pg_column_size:
-    as stored, after compression)."""
+def stored_at_exchange(exchange: int) -> dict[str, int]:
+    """Bytes stored for the question of a conversation's exchange'th exchange (PostgreSQL's
+    pg_column_size: as stored, after compression)."""
     (conversation,) = conversations_new(1)
-    history_insert(conversation.pk, turns=turn - 2)
-    one_at_a_time(conversation, 2)  # turn - 1 compacts a long bulk history; turn is ordinary
+    history_insert(conversation.pk, exchanges=exchange - 2)
+    # exchange - 1 compacts a long bulk history; the measured one is ordinary
+    one_at_a_time(conversation, 2)
     message = Message.objects.filter(conversation=conversation, role=Message.Role.USER).last()
     tables = {
         model: connection.ops.quote_name(model._meta.db_table)
@@ -190,18 +191,20 @@ def stored_at_turn(turn: int) -> dict[str, int]:
     return {"outputs": outputs, "checkpoints": checkpoints, "contexts": contexts, "chunks": chunks}
 
 
-def storage_figures(turn: int, stored: dict[str, int]) -> list[Figure]:
+def storage_figures(exchange: int, stored: dict[str, int]) -> list[Figure]:
     return [
-        Figure(f"checkpoint outputs stored at turn {turn:,}", "bytes", [stored["outputs"]]),
-        Figure(f"checkpoint rows stored at turn {turn:,}", "bytes", [stored["checkpoints"]]),
-        Figure(f"run context row stored at turn {turn:,}", "bytes", [stored["contexts"]]),
-        Figure(f"reply chunk rows stored at turn {turn:,}", "bytes", [stored["chunks"]]),
+        Figure(f"checkpoint outputs stored at exchange {exchange:,}", "bytes", [stored["outputs"]]),
+        Figure(
+            f"checkpoint rows stored at exchange {exchange:,}", "bytes", [stored["checkpoints"]]
+        ),
+        Figure(f"run context row stored at exchange {exchange:,}", "bytes", [stored["contexts"]]),
+        Figure(f"reply chunk rows stored at exchange {exchange:,}", "bytes", [stored["chunks"]]),
     ]
 
 
 def growth_notes(measured: dict[int, dict], plan: Plan) -> list[str]:
     shapes = "; ".join(
-        f"{size:,}: {data['turns']} verbatim turns"
+        f"{size:,}: {data['exchanges']} verbatim exchanges"
         + (" after a summary" if data["summary"] else ", no summary")
         for size, data in measured.items()
     )
@@ -217,6 +220,6 @@ def growth_notes(measured: dict[int, dict], plan: Plan) -> list[str]:
         "First message after bulk-written history: it compacts the history when it passes the "
         "context budget (a one-off; a conversation that grew through the pipeline compacts "
         "along the way). One measurement.",
-        "Stored per turn: checkpoints (plan, respond, remember) and the run's context, for the "
+        "Stored per exchange: checkpoints (plan, respond, remember) and the run's context, for the "
         "last message of a conversation after bulk-written history; one measurement each.",
     ]

@@ -20,7 +20,7 @@ class Plan:
     growth_sizes: tuple[int, ...] = (100, 10_000, 100_000)
     growth_messages: int = 10
     context_assemblies: int = 20
-    storage_turns: tuple[int, ...] = (10, 5_000)
+    storage_exchanges: tuple[int, ...] = (10, 5_000)
     recovery_trials: int = 5
     stream_messages: int = 10
     clients: int = 200
@@ -39,7 +39,7 @@ SMOKE = Plan(
     growth_sizes=(100, 1_000),
     growth_messages=2,
     context_assemblies=3,
-    storage_turns=(10, 50),
+    storage_exchanges=(10, 50),
     recovery_trials=1,
     stream_messages=2,
     clients=3,

@@ -62,12 +62,12 @@ def csp_violations(page: Page) -> list[str]:
     return found
 
 
-def answered_conversation(owner, turns: int = 1) -> Conversation:
+def answered_conversation(owner, exchanges: int = 1) -> Conversation:
     """A conversation whose last exchange shows a list, code and a link; the earlier ones make
     it longer than a screen."""
     chat = ConversationFactory(owner=owner, title="Greeting in Python")
-    for n in range(turns):
-        last = n == turns - 1
+    for n in range(exchanges):
+        last = n == exchanges - 1
         text = "Show me a greeting\n    in Python, please" if last else f"Question {n}"
         asked = message_accept(conversation=chat, text=text, client_id=uuid.uuid4())
         Message.objects.create(
@@ -198,7 +198,7 @@ def test_messages_show_their_time_and_user_text_keeps_its_spacing(page: Page, we
 
 def test_the_head_sidebar_and_composer_stay_in_view_in_a_long_conversation(page: Page, web):
     user = UserFactory()
-    chat = answered_conversation(user, turns=25)
+    chat = answered_conversation(user, exchanges=25)
     page.set_viewport_size({"width": 1280, "height": 800})
     log_in(page, web, user.username)
     open_chat(page, web, chat)
@@ -308,7 +308,7 @@ def test_dark_mode_follows_the_system_and_the_theme_picker(page: Page, web):
 @pytest.mark.parametrize("width", [1280, 390])
 def test_no_accessibility_violations_in_either_theme_and_screenshots(browser: Browser, web, width):
     user = UserFactory()
-    chat = answered_conversation(user, turns=3)
+    chat = answered_conversation(user, exchanges=3)
     Conversation.objects.filter(pk=chat.pk).update(state="paused")  # the banner shows too
     context = browser.new_context(viewport={"width": width, "height": 900 if width > 400 else 844})
     page = context.new_page()

@@ -59,9 +59,11 @@ def test_where_were_we_recalls_this_conversation_its_correction_and_staff_line(
     expect(notes.get_by_role("status")).to_contain_text("Added.")
     expect(page.locator("[data-streaming]")).to_have_count(0, timeout=20_000)
     corrected = Handoff.objects.get(conversation=bread, reason="user_correction")
-    turn_end = Handoff.objects.filter(conversation=bread, reason="end_of_turn").latest("version")
-    assert corrected.version < turn_end.version  # made mid-reply, and kept at the turn's end
-    assert f"Correction from the user: {CORRECTION}" in turn_end.critical_context
+    after_reply = Handoff.objects.filter(
+        conversation=bread, reason=Handoff.Reason.AFTER_REPLY
+    ).latest("version")
+    assert corrected.version < after_reply.version  # made mid-reply, and kept at its end
+    assert f"Correction from the user: {CORRECTION}" in after_reply.critical_context
 
     staff = UserFactory(is_staff=True, is_superuser=True)
     admin = browser.new_page()

@@ -1,4 +1,4 @@
-"""Compaction: past 80 % of the budget, turns older than the last N become a stored summary."""
+"""Compaction: past 80 % of the budget, exchanges older than the last N become a stored summary."""
 
 from __future__ import annotations
 
@@ -81,7 +81,7 @@ def test_past_the_threshold_it_compacts_by_tokens_whatever_the_number_of_exchang
     ]  # fmt: skip
 
 
-def test_compaction_triggers_past_the_threshold_and_keeps_the_last_n_turns(
+def test_compaction_triggers_past_the_threshold_and_keeps_the_last_n_exchanges(
     conversation, small_budget
 ):
     threshold = 800
@@ -93,28 +93,28 @@ def test_compaction_triggers_past_the_threshold_and_keeps_the_last_n_turns(
         previous = RunContext.objects.get(run__message=message)
         assert previous.estimated_tokens <= threshold and previous.summary is None
     else:
-        pytest.fail("no compaction within 79 turns")
+        pytest.fail("no compaction within 79 exchanges")
     summary = Summary.objects.get()
     compacting = RunContext.objects.get(run__message=message)
     assert summary.run == compacting.run and summary.author is None
-    # It compacted as soon as the budget ran out: one more turn took it past the threshold.
-    last_turn = previous.run.message
-    added = tokens_estimate(f"User: {last_turn.text}\nAssistant: {last_turn.reply.text}\n")
+    # It compacted as soon as the budget ran out: one more exchange took it past the threshold.
+    last_question = previous.run.message
+    added = tokens_estimate(f"User: {last_question.text}\nAssistant: {last_question.reply.text}\n")
     assert previous.estimated_tokens + added > threshold
     assert compacting.summary == summary
-    assert compacting.turns == pairs_before(message, 3)  # the last N turns, verbatim
+    assert compacting.turns == pairs_before(message, 3)  # the last N exchanges, verbatim
     assert compacting.estimated_tokens < previous.estimated_tokens
     older = Message.objects.filter(
         conversation=conversation, role="user", id__lt=compacting.turns[0]
     )
-    assert summary.covers_through == older.order_by("id").last()  # a turn: question and reply
+    assert summary.covers_through == older.order_by("id").last()  # an exchange: question and reply
     assert Message.objects.filter(conversation=conversation).count() == 2 * number  # all kept
     handoff = conversation.handoffs.order_by("-version").first()
     assert handoff.reason == "compaction" and handoff.run == compacting.run
     assert f"compacted into summary v{summary.version}" in handoff.current_state
 
 
-def test_a_fact_from_turn_1_is_answered_after_compaction_and_a_restart(
+def test_a_fact_from_exchange_1_is_answered_after_compaction_and_a_restart(
     conversation, small_budget, processes
 ):
     answer(conversation, TURN_1)
@@ -123,7 +123,7 @@ def test_a_fact_from_turn_1_is_answered_after_compaction_and_a_restart(
     while not Summary.objects.exists():
         number += 1
         answer(conversation, f"Filler message number {number}, nothing to keep.")
-    # The note in memory is the newer one: turn 1's fact survives only in the summary.
+    # The note in memory is the newer one: exchange 1's fact survives only in the summary.
     note = MemoryFact.objects.current().get(owner=conversation.owner, key="note")
     assert note.value == "the meeting moved to Friday"
     assert f"“{TURN_1}”" in Summary.objects.get().text
@@ -152,8 +152,10 @@ def row_size(run_context: RunContext) -> int:
 
 
 @pytest.mark.postgresql("measures the stored row with pg_column_size")
-def test_the_stored_context_is_the_same_size_at_turn_10_and_turn_2000(conversation, settings):
-    # Every turn is past the threshold: each compacts down to the newest exchange.
+def test_the_stored_context_is_the_same_size_at_exchange_10_and_exchange_2000(
+    conversation, settings
+):
+    # Every exchange is past the threshold: each compacts down to the newest exchange.
     settings.CONTINUITY_HISTORY_EXCHANGES = 1
     settings.CONTINUITY_CONTEXT_TOKENS = 100
     answer(conversation, "Hi, my name is Ada and my goal is to learn Rust")

@@ -61,7 +61,7 @@ def test_goal_facts_become_the_goal_of_the_conversation_they_were_stated_in(migr
     fact(owner=user, key="name", value="Ada", source_message=said)
     handoff = apps.get_model("continuity", "Handoff").objects.create
     # As the old code wrote them: the person's facts copied in, and the newest goal leaking
-    # into the bread conversation's notes at its next turn.
+    # into the bread conversation's notes at its next reply.
     handoff(
         conversation=bread,
         version=1,

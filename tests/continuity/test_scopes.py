@@ -1,7 +1,8 @@
 """Two scopes: what a person says about themselves is theirs, in every conversation (memory
-facts); a goal, its plan and the notes about it are the conversation's (its handoff). A turn's
-end merges only what it changed into the newest handoff, so a correction or a staff edit made
-while it ran stays; forgetting a fact takes it out of every note and summary it was copied to."""
+facts); a goal, its plan and the notes about it are the conversation's (its handoff). A reply's
+end merges only what its exchange changed into the newest handoff, so a correction or a staff
+edit made while it was written stays; forgetting a fact takes it out of every note and summary
+it was copied to."""
 
 from __future__ import annotations
 
@@ -60,7 +61,7 @@ def test_a_correction_made_while_a_reply_is_written_is_in_the_next_reply(convers
             yield token
 
     monkeypatch.setattr(BuiltinBrain, "respond", correcting_mid_reply)
-    # This turn changes the goal, so it writes the handoff at its end, after the correction.
+    # This exchange changes the goal, so it writes the handoff at its end, after the correction.
     answer(conversation, "My goal is to bake rye bread")
 
     latest = handoff_latest(conversation_id=conversation.pk)
@@ -71,7 +72,9 @@ def test_a_correction_made_while_a_reply_is_written_is_in_the_next_reply(convers
     assert "- Correction from the user: My deadline moved to Monday" in recap
 
 
-def test_a_staff_line_added_while_a_turn_runs_is_kept_and_recalled(conversation, monkeypatch):
+def test_a_staff_line_added_while_a_reply_is_written_is_kept_and_recalled(
+    conversation, monkeypatch
+):
     answer(conversation, "My goal is to bake sourdough bread")
     streamed = BuiltinBrain.respond
 
