@@ -468,6 +468,15 @@ class Alert(models.Model):
     class Meta:
         ordering = ["-created_at"]
         indexes = [models.Index(fields=["acknowledged_at", "-created_at"])]
+        constraints = [
+            # A wrong model name is said once until staff acknowledge it, also when several
+            # workers start at the same moment and each finds it (`backend_misconfigured`).
+            models.UniqueConstraint(
+                fields=["kind", "text"],
+                condition=models.Q(kind="model_missing", acknowledged_at__isnull=True),
+                name="alert_one_open_model_missing_per_problem",
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.get_kind_display()}: {self.text[:60]}"

@@ -17,7 +17,7 @@ from threading import Event
 import redis
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
-from django.db import DatabaseError, InterfaceError
+from django.db import DatabaseError, IntegrityError, InterfaceError, transaction
 
 from ..brains import brain_class, brain_load
 from ..errors import AttemptStopped
@@ -271,6 +271,9 @@ def backend_misconfigured(problem: str) -> None:
             kind=Alert.Kind.MODEL_MISSING, text=problem, acknowledged_at__isnull=True
         )
         if not open_alerts.exists():  # once, until staff acknowledge it
-            Alert.objects.create(kind=Alert.Kind.MODEL_MISSING, text=problem)
+            with transaction.atomic():
+                Alert.objects.create(kind=Alert.Kind.MODEL_MISSING, text=problem)
+    except IntegrityError:
+        pass  # another worker, starting at the same moment, has just stored it
     except (DatabaseError, InterfaceError):
         logger.exception("Alert not stored: %s", problem)

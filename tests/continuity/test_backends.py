@@ -11,6 +11,7 @@ import uuid
 
 import pytest
 from django.db import connection
+from django.db.models import QuerySet
 from django.db.models.functions import Now
 from django.test import Client
 from django.urls import reverse
@@ -18,7 +19,12 @@ from django.urls import reverse
 from chat.brains.openai import OpenAIBrain
 from chat.branch_views import CONTINUE_TEXT
 from continuity.context.tokens import context_budget, tokens_estimate
-from continuity.delivery.backends import backend_down, backend_slot, backends_check
+from continuity.delivery.backends import (
+    backend_down,
+    backend_misconfigured,
+    backend_slot,
+    backends_check,
+)
 from continuity.delivery.inbox import drains_waiting
 from continuity.delivery.processing import drain_conversation
 from continuity.models import (
@@ -465,6 +471,20 @@ def test_a_model_its_server_does_not_have_is_said_once_on_the_console(server, se
     settings.CONTINUITY_OPENAI_MODEL = server.model
     backends_check()
     assert Alert.objects.count() == 1
+
+
+def test_workers_that_find_a_wrong_model_at_the_same_moment_store_one_alert(monkeypatch, caplog):
+    # Each looks for an open alert before any has stored one: both find none.
+    monkeypatch.setattr(QuerySet, "exists", lambda self: False)
+    problem = "The model server at http://model:8000 has no model 'llama3.2'."
+    backend_misconfigured(problem)
+    backend_misconfigured(problem)  # the second worker's insert meets the first's row
+
+    assert list(Alert.objects.values_list("kind", "text")) == [("model_missing", problem)]
+    assert "Alert not stored" not in caplog.text
+    Alert.objects.update(acknowledged_at=Now())  # staff acknowledge it; found again, said again
+    backend_misconfigured(problem)
+    assert Alert.objects.filter(acknowledged_at=None).count() == 1
 
 
 def test_a_prompt_the_server_refuses_as_too_long_is_compacted_then_answered(settings):

@@ -128,3 +128,26 @@ def test_replies_hidden_with_a_later_question_are_shown_again(migrated_back):
     assert shown == {first.pk, first_reply.pk}
     assert Migrated.objects.get(pk=first_reply.pk).version == 2
     assert Migrated.objects.get(pk=second_reply.pk).hidden_with_id == second.pk
+
+
+BEFORE_ONE_ALERT = ("continuity", "0031_words_after_a_reply_and_exchanges")
+ONE_ALERT = ("continuity", "0032_alert_one_open_model_missing_per_problem")
+
+
+@pytest.mark.parametrize("migrated_back", [BEFORE_ONE_ALERT], indirect=True)
+def test_copies_of_an_open_model_alert_are_closed_and_the_oldest_stays_open(migrated_back):
+    alert = migrated_back.get_model("continuity", "Alert").objects.create
+    wrong, other = "No model 'llama3.2'.", "No model 'qwen'."
+    # As two workers starting at once stored them, beside an acknowledged one and another text.
+    oldest = alert(kind="model_missing", text=wrong)
+    copy = alert(kind="model_missing", text=wrong)
+    acknowledged = alert(kind="model_missing", text=wrong, acknowledged_at=timezone.now())
+    different = alert(kind="model_missing", text=other)
+    paused = [alert(kind="conversation_paused", text="Paused.") for _ in range(2)]
+
+    Alert = migrated_to(ONE_ALERT).get_model("continuity", "Alert")
+
+    still_open = set(Alert.objects.filter(acknowledged_at=None).values_list("pk", flat=True))
+    assert still_open == {oldest.pk, different.pk, *(each.pk for each in paused)}
+    assert Alert.objects.get(pk=copy.pk).acknowledged_at == copy.created_at
+    assert Alert.objects.get(pk=acknowledged.pk).acknowledged_at == acknowledged.acknowledged_at

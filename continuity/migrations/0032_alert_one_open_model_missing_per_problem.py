@@ -1,0 +1,33 @@
+"""A wrong model name was stored as an alert by each worker that found it at the same moment
+(they looked, found none, and each stored one). One open alert per problem is now a constraint;
+the extra copies already stored are closed first, the oldest of each kept open."""
+
+from django.db import migrations, models
+
+
+def duplicates_closed(apps, schema_editor):
+    Alert = apps.get_model("continuity", "Alert")
+    open_alerts = Alert.objects.filter(kind="model_missing", acknowledged_at__isnull=True)
+    kept: dict[str, int] = {}
+    for alert in open_alerts.order_by("created_at", "id").only("id", "text", "created_at"):
+        if alert.text in kept:
+            # Closed when the one kept was stored: the same problem, said again.
+            Alert.objects.filter(pk=alert.pk).update(acknowledged_at=alert.created_at)
+        else:
+            kept[alert.text] = alert.pk
+
+
+class Migration(migrations.Migration):
+    dependencies = [("continuity", "0031_words_after_a_reply_and_exchanges")]
+
+    operations = [
+        migrations.RunPython(duplicates_closed, migrations.RunPython.noop),
+        migrations.AddConstraint(
+            model_name="alert",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(("acknowledged_at__isnull", True), ("kind", "model_missing")),
+                fields=("kind", "text"),
+                name="alert_one_open_model_missing_per_problem",
+            ),
+        ),
+    ]
