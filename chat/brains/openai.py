@@ -54,6 +54,8 @@ STATED_PROMPT = re.compile(
 # Where servers count tokens with the model's own tokenizer: llama.cpp's server, then
 # llama-cpp-python's.
 TOKENIZER_PATHS = ("/tokenize", "/extras/tokenize")
+# How much of a model's name a configuration problem quotes.
+MODEL_NAME_SHOWN = 100
 # How long a server may take to say its model's window (or count tokens) before it is left
 # unknown, and how long an unknown one stays unasked.
 WINDOW_ASK_TIMEOUT = 3
@@ -290,10 +292,13 @@ class OpenAIBrain:
         offered = [entry["id"] for entry in cls.models_listed() if entry.get("id")]
         if not offered or model in offered:
             return ""
+        # Names clipped: the text is the key of its open alert's unique index, and a server
+        # may report names of any length.
+        names = ", ".join(repr(clip(name, MODEL_NAME_SHOWN)) for name in offered[:10])
         return (
-            f"The model server at {base} has no model {model!r}; it offers "
-            f"{', '.join(map(repr, offered[:10]))}. Set CONTINUITY_OPENAI_MODEL to one of them: "
-            "until then its answers fail, or come from another model."
+            f"The model server at {base} has no model {clip(model, MODEL_NAME_SHOWN)!r}; it "
+            f"offers {names}. Set CONTINUITY_OPENAI_MODEL to one of them: until then its answers "
+            "fail, or come from another model."
         )
 
     @classmethod

@@ -4,14 +4,22 @@ the extra copies already stored are closed first, the oldest of each kept open."
 
 from django.db import migrations, models
 
+# Longer texts (model names of any length, quoted whole before they were clipped) could pass
+# PostgreSQL's limit for an index entry. Closed too: the next worker to start says it again.
+LONGEST_KEPT_OPEN = 1_000
+
 
 def duplicates_closed(apps, schema_editor):
+    if schema_editor.connection.vendor == "postgresql":
+        # A worker of the release before, starting meanwhile, must not store a copy between
+        # this step and the index's creation.
+        schema_editor.execute("LOCK TABLE continuity_alert IN SHARE ROW EXCLUSIVE MODE")
     Alert = apps.get_model("continuity", "Alert")
     open_alerts = Alert.objects.filter(kind="model_missing", acknowledged_at__isnull=True)
     kept: dict[str, int] = {}
     for alert in open_alerts.order_by("created_at", "id").only("id", "text", "created_at"):
-        if alert.text in kept:
-            # Closed when the one kept was stored: the same problem, said again.
+        if alert.text in kept or len(alert.text) > LONGEST_KEPT_OPEN:
+            # Closed as of its own creation: a copy of the one kept, or too long to index.
             Alert.objects.filter(pk=alert.pk).update(acknowledged_at=alert.created_at)
         else:
             kept[alert.text] = alert.pk

@@ -6,6 +6,7 @@ up on that port."""
 
 from __future__ import annotations
 
+import secrets
 import threading
 import uuid
 
@@ -471,6 +472,19 @@ def test_a_model_its_server_does_not_have_is_said_once_on_the_console(server, se
     settings.CONTINUITY_OPENAI_MODEL = server.model
     backends_check()
     assert Alert.objects.count() == 1
+
+
+def test_a_server_whose_model_names_are_very_long_gets_its_alert_all_the_same(server, settings):
+    # Random, so PostgreSQL cannot compress it into its index's limit (about 2.7 KB).
+    server.model = "org/" + secrets.token_hex(2_000)
+    server.start(port=server.port)
+    settings.CONTINUITY_BRAIN, settings.CONTINUITY_BRAIN_CHOICES = "openai", ["openai"]
+    settings.CONTINUITY_OPENAI_MODEL = "llama3.2"
+
+    backends_check()
+
+    alert = Alert.objects.get()
+    assert f"it offers '{server.model[:99]}…'." in alert.text and len(alert.text) < 400
 
 
 def test_workers_that_find_a_wrong_model_at_the_same_moment_store_one_alert(monkeypatch, caplog):

@@ -144,10 +144,13 @@ def test_copies_of_an_open_model_alert_are_closed_and_the_oldest_stays_open(migr
     acknowledged = alert(kind="model_missing", text=wrong, acknowledged_at=timezone.now())
     different = alert(kind="model_missing", text=other)
     paused = [alert(kind="conversation_paused", text="Paused.") for _ in range(2)]
+    too_long = alert(kind="model_missing", text="No model " + "x" * 1_000)
 
     Alert = migrated_to(ONE_ALERT).get_model("continuity", "Alert")
 
     still_open = set(Alert.objects.filter(acknowledged_at=None).values_list("pk", flat=True))
     assert still_open == {oldest.pk, different.pk, *(each.pk for each in paused)}
     assert Alert.objects.get(pk=copy.pk).acknowledged_at == copy.created_at
+    assert Alert.objects.get(pk=too_long.pk).acknowledged_at == too_long.created_at
+    assert Alert.objects.get(pk=copy.pk).acknowledged_by is None
     assert Alert.objects.get(pk=acknowledged.pk).acknowledged_at == acknowledged.acknowledged_at
