@@ -73,6 +73,15 @@ def accessibility_violations(page: Page) -> list[str]:
     """What axe-core finds wrong on the page as it is now (WCAG 2.2 A and AA rules), one line
     per rule with the elements it flags. Evaluated through the DevTools protocol, which the
     page's Content-Security-Policy does not govern, so the page under test stays unchanged."""
+    # After a change of size or scheme, the page's ResizeObservers (a wide table's wrapper made
+    # reachable by keyboard) run with its next frame: checked before that, it is half done. (A
+    # page in the background may get no frames: then a second is waited instead.)
+    page.evaluate(
+        """() => new Promise((done) => {
+            requestAnimationFrame(() => requestAnimationFrame(done));
+            setTimeout(done, 1000);
+        })"""
+    )
     if not page.evaluate("() => typeof window.axe !== 'undefined'"):
         page.evaluate(AXE.read_text())
     result = page.evaluate(
