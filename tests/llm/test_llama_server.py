@@ -146,6 +146,9 @@ def test_five_exchanges_past_the_window_are_compacted_and_answered(llama, settin
     assert not DeadLetter.objects.exists()
 
 
+ROUNDS_TO_SEE_AN_INTERRUPTION = 4
+
+
 def drain_at_once(conversations: list[Conversation], questions: list[Message]) -> None:
     """Each conversation drained on a thread of its own, all at once, until answered."""
 
@@ -164,16 +167,22 @@ def drain_at_once(conversations: list[Conversation], questions: list[Message]) -
 
 def test_four_conversations_answered_at_once_by_a_server_that_interrupts(llama, settings):
     settings.CONTINUITY_OPENAI_CONTEXT_TOKENS = 512
-    chats = [ConversationFactory(owner=UserFactory(), brain="openai") for _ in range(4)]
-    questions = [send(chat, said(number, 12)) for number, chat in enumerate(chats)]
-    llama.gather(4)  # the four first requests reach the server together
+    questions: list[Message] = []
+    # A new request ends the stream being answered (`[DONE]`, no finish_reason), when it comes
+    # before that stream's end: the random model's replies are sometimes short enough that
+    # none was cut. Then four more conversations are asked at once, a few times at most.
+    for round_ in range(ROUNDS_TO_SEE_AN_INTERRUPTION):
+        chats = [ConversationFactory(owner=UserFactory(), brain="openai") for _ in range(4)]
+        asked = [send(chat, said(4 * round_ + number, 12)) for number, chat in enumerate(chats)]
+        llama.gather(4)  # the four first requests reach the server together
+        drain_at_once(chats, asked)
+        questions += asked
+        cut_short = [answer for answer in llama.streamed() if answer["finish_reason"] is None]
+        if cut_short:
+            break
 
-    drain_at_once(chats, questions)
-
-    # Each request ended the stream answered before it (`[DONE]`, no finish_reason): those
-    # attempts were given back, and every stored reply is one the server finished.
-    cut_short = [answer for answer in llama.streamed() if answer["finish_reason"] is None]
-    assert len(cut_short) >= 1
+    assert cut_short, f"no stream was cut short in {ROUNDS_TO_SEE_AN_INTERRUPTION} rounds"
+    # Those attempts were given back, and every stored reply is one the server finished.
     for question in questions:
         assert_as_the_server_sent_it(Message.objects.get(reply_to=question), llama)
     assert not DeadLetter.objects.exists()
