@@ -10,7 +10,7 @@ import redis
 from django.conf import settings
 from django.db import connection
 
-from continuity.live.events import publisher_close, publisher_flush
+from continuity.live.events import publisher_close
 from tests.helpers.factories import ConversationFactory, UserFactory
 from tests.helpers.processes import WatchdogProcess, WebProcess, WorkerProcess
 
@@ -141,14 +141,13 @@ def flush_by_delete():
 
 @pytest.fixture(autouse=True)
 def redis_emptied_after():
-    """Each test leaves the session's Redis empty, its live events sent first, and this
-    process's publisher closed. Keys and channel groups there are named after row ids (drain
-    markers, a conversation's or a user's group), and ids come back: SQLite gives the ids of a
-    test's rolled-back rows out again. A publisher that met a stopped or restarting Redis
-    pauses live updates for seconds (continuity.live.events), which the next test's page,
-    waiting for an event, would take for a lost one."""
+    """Each test leaves the session's Redis empty and this process's publisher closed, its live
+    events sent first (closing it sends what it was handed). Keys and channel groups there are
+    named after row ids (drain markers, a conversation's or a user's group), and ids come back:
+    SQLite gives the ids of a test's rolled-back rows out again. A publisher that met a stopped
+    or restarting Redis pauses live updates for seconds (continuity.live.events), which the
+    next test's page, waiting for an event, would take for a lost one."""
     yield
-    publisher_flush()
     publisher_close()
     with contextlib.suppress(redis.RedisError):  # a fault test may have left it stopped
         redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2).flushdb()
