@@ -231,6 +231,13 @@ class Message(models.Model):
         help_text="Empty for the branch that is shown. Otherwise the version whose branch this "
         "message is on: showing that version again shows it again.",
     )
+    forgotten_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When the person forgot a fact this message stated: from then on the agent "
+        "reads neither it nor its reply (no context, summary or prompt has them). The page still "
+        "shows both.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

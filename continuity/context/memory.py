@@ -8,13 +8,14 @@ A changed value is a new row and the old row is marked superseded, so a run's st
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.db.models import Q, QuerySet
 from django.db.models.functions import Now
 
-from ..models import Handoff, MemoryFact, Message, Summary
+from ..models import Checkpoint, Handoff, MemoryFact, Message, Summary
 from .assembly import summary_latest
 from .compaction import summary_write
 from .handoffs import conversation_row_lock, handoff_revise
@@ -70,36 +71,94 @@ def memory_fact_revise(
 
 def memory_fact_forget(*, fact: MemoryFact) -> int:
     """Forget a fact with every earlier version of it: the user asked for it to be gone, so
-    old runs' contexts show it as forgotten rather than keep a copy. What was written from it
-    goes too: each of the person's conversations whose newest handoff or summary holds it gets a
-    new version without those lines ("Forgotten by the user"), so no later context, summary or
-    prompt has it. The messages themselves stay in the history until the person deletes them."""
+    old runs' contexts show it as forgotten rather than keep a copy. What came from it goes too,
+    and stays gone: the messages that stated it are left out of every later context and
+    compaction (`Message.forgotten_at`), and each of the person's conversations whose newest
+    handoff or summary holds what was written from it gets a new version without those lines
+    ("Forgotten by the user"), so no later context, summary or prompt has it. The messages stay
+    on the page until the person deletes them."""
     versions = MemoryFact.objects.filter(owner_id=fact.owner_id, key=fact.key)
     values = [value for value in versions.values_list("value", flat=True) if value.strip()]
-    deleted, _ = versions.delete()
-    traces_forget(owner_id=fact.owner_id, key=fact.key, values=values)
+    with transaction.atomic():
+        statements = statements_of(owner_id=fact.owner_id, key=fact.key, values=values)
+        deleted, _ = versions.delete()
+        Message.objects.filter(pk__in=statements).update(forgotten_at=Now())
+    traces_forget(owner_id=fact.owner_id, key=fact.key, values=values, statements=statements)
     return deleted
 
 
-def traces_forget(*, owner_id: int, key: str, values: list[str]) -> None:
-    # Whole words, whatever the value starts or ends with ("C++", "tea."), and a value clipped
-    # with "…" by what it is mentioned with so far.
-    values = [word for word in (value.rstrip("…").strip() for value in values) if word]
-    if not values:
-        return
-    said = re.compile(
-        "|".join(rf"(?<!\w){re.escape(value)}(?!\w)" for value in values), re.IGNORECASE
+def statements_of(*, owner_id: int, key: str, values: list[str]) -> list[int]:
+    """The person's messages that stated the fact: the source of each version, and every message
+    whose remember step learned one of its values (said again, it made no new version)."""
+    sources = MemoryFact.objects.filter(
+        owner_id=owner_id, key=key, source_message__isnull=False
+    ).values_list("source_message_id", flat=True)
+    told = {value.casefold() for value in values}
+    learned = Checkpoint.objects.filter(
+        step="remember", message__conversation__owner_id=owner_id, output__facts__has_key=key
+    ).values_list("message_id", "output")
+    return sorted(
+        {*sources} | {pk for pk, output in learned if str(output["facts"][key]).casefold() in told}
     )
 
-    def mentions(line: str) -> bool:
-        return bool(said.search(line))
 
-    def without(text: str) -> str:
-        return "\n".join(line for line in text.splitlines() if not mentions(line))
+@dataclass(frozen=True)
+class FactTraces:
+    """What was written from a fact, line by line: its `key: value` lines, and the sentences
+    that stated it, quoted. A line that only uses the same word ("plan a week in Lisbon", with
+    `likes: Lisbon` forgotten) is not the fact's, and stays."""
 
-    def edit(sections: dict[str, str]) -> dict[str, str]:
-        return {name: without(text) for name, text in sections.items()}
+    mention: re.Pattern
+    entry: re.Pattern
+    sentences: list[str]
 
+    def in_line(self, line: str) -> bool:
+        said = folded(line)
+        return bool(self.entry.match(line)) or any(each in said for each in self.sentences)
+
+    def without(self, text: str, *, mentions_too: bool = False) -> str:
+        """`text` without the fact's lines, and with `mentions_too` without every line that
+        uses its value."""
+        return "\n".join(
+            line
+            for line in text.splitlines()
+            if not (self.in_line(line) or (mentions_too and self.mention.search(line)))
+        )
+
+
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
+
+
+def folded(text: str) -> str:
+    return " ".join(text.split()).rstrip(".!?").casefold()
+
+
+def fact_traces(*, key: str, values: list[str], statements: list[int]) -> FactTraces | None:
+    # A value clipped with "…" by what it is mentioned with so far still matches.
+    values = [word for word in (value.rstrip("…").strip() for value in values) if word]
+    if not values:
+        return None
+    either = "|".join(re.escape(value) for value in values)
+    # Whole words, whatever the value starts or ends with ("C++", "tea.").
+    mention = re.compile(rf"(?<!\w)(?:{either})(?!\w)", re.IGNORECASE)
+    texts = Message.objects.filter(pk__in=statements).values_list("text", flat=True)
+    stated = [each for text in texts for each in SENTENCE_END.split(text) if mention.search(each)]
+    return FactTraces(
+        mention=mention,
+        entry=re.compile(rf"^\W*{re.escape(key)}\s*[:=]\s*(?:{either})\W*$", re.IGNORECASE),
+        sentences=[sentence for sentence in map(folded, stated) if sentence],
+    )
+
+
+def traces_forget(*, owner_id: int, key: str, values: list[str], statements: list[int]) -> None:
+    """Rewrite the newest handoff and summary of each of the person's conversations without what
+    was written from the fact. A summary of a conversation where it was stated also loses every
+    line that uses its value: it was written from the statement, and a model summarizes in its
+    own words. A handoff keeps such lines: a goal or a plan is the conversation's, not the
+    fact's."""
+    traces = fact_traces(key=key, values=values, statements=statements)
+    if traces is None:
+        return
     held = Q()
     for value in values:
         held |= (
@@ -110,7 +169,14 @@ def traces_forget(*, owner_id: int, key: str, values: list[str]) -> None:
         )
     noted = Handoff.objects.filter(held, conversation__owner_id=owner_id)
     for conversation_id in set(noted.values_list("conversation_id", flat=True)):
-        handoff_revise(conversation_id=conversation_id, reason=Handoff.Reason.FORGOTTEN, edit=edit)
+        handoff_revise(
+            conversation_id=conversation_id,
+            reason=Handoff.Reason.FORGOTTEN,
+            edit=lambda sections: {name: traces.without(text) for name, text in sections.items()},
+        )
+    stated_in = set(
+        Message.objects.filter(pk__in=statements).values_list("conversation_id", flat=True)
+    )
     summarized = Q()
     for value in values:
         summarized |= Q(text__icontains=value)
@@ -119,12 +185,15 @@ def traces_forget(*, owner_id: int, key: str, values: list[str]) -> None:
         with transaction.atomic():
             conversation_row_lock(conversation_id)  # no compaction writes one meanwhile
             latest = summary_latest(conversation_id=conversation_id)
-            if latest is None or not mentions(latest.text):
+            if latest is None:
+                continue
+            text = traces.without(latest.text, mentions_too=conversation_id in stated_in)
+            if text == latest.text:
                 continue
             summary_write(
                 conversation_id=conversation_id,
                 covers_through_id=latest.covers_through_id,
-                text=without(latest.text) or "(Forgotten by the user.)",
+                text=text or "(Forgotten by the user.)",
             )
 
 

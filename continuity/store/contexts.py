@@ -38,9 +38,10 @@ LATEST_SUMMARY = (
 # holds exactly these rows in this order, whatever the statistics: the conversation and the
 # bound are one range of (conversation, id) pairs, which the primary key cannot serve. As
 # `conversation_id = %s AND id < %s`, a plan made for any value walked the message table's
-# primary key back from the message, through every other conversation's messages.
+# primary key back from the message, through every other conversation's messages. A question
+# that stated a fact the person forgot is left out with its reply (`Message.forgotten_at`).
 QUESTIONS = (
-    f"{ANSWERED_QUESTION} AND (q.conversation_id, q.id) < (%s, %s) "
+    f"{ANSWERED_QUESTION} AND (q.conversation_id, q.id) < (%s, %s) AND q.forgotten_at IS NULL "
     "AND (q.conversation_id, q.id) > (%s, 0) ORDER BY q.conversation_id DESC, q.id DESC"
 )
 # Those the newest summary does not cover.
