@@ -9,6 +9,9 @@ DATABASE_LOST = "Database unavailable"
 MODEL_UNAVAILABLE = "Model server unavailable"
 # How an attempt given back because every request slot of its model server stayed taken begins.
 MODEL_BUSY = "Model server busy"
+# How an attempt given back because support took its conversation over begins its error: support
+# answers the question now, and the page says why the attempt stopped.
+TAKEN_OVER = "Taken over by support"
 
 
 class InvalidMessage(ValueError):

@@ -779,6 +779,7 @@ class Recovery(models.Model):
         MODEL_UNAVAILABLE = "model_unavailable", "the model server being unavailable"
         FAILED = "failed", "an error"
         PAUSE = "pause", "a pause after repeated crashes"
+        TAKEOVER = "takeover", "support taking the conversation over"
 
     conversation = models.ForeignKey(
         Conversation, on_delete=models.CASCADE, related_name="recoveries"

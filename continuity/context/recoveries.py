@@ -13,7 +13,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from ..brains import RecoveryNote
-from ..errors import CONTEXT_TOO_LONG, DATABASE_LOST, MODEL_BUSY, MODEL_UNAVAILABLE
+from ..errors import CONTEXT_TOO_LONG, DATABASE_LOST, MODEL_BUSY, MODEL_UNAVAILABLE, TAKEN_OVER
 from ..live.events import publish_message_changed
 from ..models import Alert, Handoff, Message, Recovery, Run, RunContext
 from ..words import plural
@@ -26,6 +26,7 @@ WHAT_HAPPENED = {
     Recovery.Kind.MODEL_UNAVAILABLE: "the model server was unavailable",
     Recovery.Kind.FAILED: "an error stopped the answer",
     Recovery.Kind.PAUSE: "repeated crashes paused this conversation until staff resumed it",
+    Recovery.Kind.TAKEOVER: "support took the conversation over",
 }
 
 
@@ -45,6 +46,8 @@ def run_stop_kind(stopped: Run) -> str:
             return Recovery.Kind.DATABASE_OUTAGE
         if stopped.error.startswith(MODEL_UNAVAILABLE):
             return Recovery.Kind.MODEL_UNAVAILABLE
+        if stopped.error.startswith(TAKEN_OVER):
+            return Recovery.Kind.TAKEOVER
         return Recovery.Kind.PLANNED_SHUTDOWN
     if stopped.state == Run.State.FAILED:
         return Recovery.Kind.FAILED

@@ -16,13 +16,12 @@ from django.db import transaction
 from django.db.models.functions import Now
 
 from ..context.handoffs import handoff_revise, section_text
-from ..errors import InvalidTransition
+from ..errors import TAKEN_OVER, InvalidTransition
 from ..live.events import publish_conversation_changed, publish_message_changed
 from ..models import Conversation, Handoff, Message, Run, StaffAction
-from .attempts.finish import reply_stop
 from .attempts.locking import conversation_lock
 from .audit import staff_action_record
-from .inbox import conversation_enqueue
+from .inbox import conversation_enqueue, message_bump
 
 logger = logging.getLogger(__name__)
 
@@ -34,8 +33,11 @@ def support_name(user) -> str:
 
 @transaction.atomic
 def conversation_take_over(*, conversation: Conversation, by, reason: str) -> None:
-    """Stop the agent answering `conversation` (a reply being written is stopped, what it wrote
-    kept); its messages wait for `by`."""
+    """Stop the agent answering `conversation`; its messages wait for `by`. An attempt being
+    written is given back, uncharged: its question waits for support's first reply (or the
+    agent's, after the hand-back), and what it wrote stays on the page as interrupted, never as
+    the question's answer. In a burst the next question's attempt begins in the transaction
+    that stores the reply before it, so a takeover usually lands on one only just begun."""
     conversation_lock(conversation.pk)
     # Not a paused one: resuming it (which settles its crashes and alerts) comes first.
     updated = Conversation.objects.filter(
@@ -46,19 +48,45 @@ def conversation_take_over(*, conversation: Conversation, by, reason: str) -> No
             f"Conversation {conversation.pk} is not active (taken over already, or paused: "
             "resume it first)."
         )
-    running = Run.objects.filter(conversation=conversation, state=Run.State.RUNNING).first()
-    if running is not None:
-        reply_stop(
-            message=running.message, run_id=running.pk, by=by, reason=f"Taking over: {reason}"
-        )
+    running = Run.objects.select_related("message").filter(
+        conversation=conversation, state=Run.State.RUNNING
+    )
+    interrupted = running.first()
+    if interrupted is not None:
+        attempt_give_to_support(run=interrupted, reason=reason)
     staff_action_record(
-        kind=StaffAction.Kind.TAKE_OVER, by=by, reason=reason, conversation=conversation
+        kind=StaffAction.Kind.TAKE_OVER,
+        by=by,
+        reason=reason,
+        conversation=conversation,
+        details={"interrupted_run": interrupted.pk} if interrupted is not None else {},
     )
     logger.info("Conversation %s taken over by %s: %s", conversation.pk, by, reason)
     transaction.on_commit(
         lambda: publish_conversation_changed(
             conversation_id=conversation.pk, owner_id=conversation.owner_id
         )
+    )
+
+
+def attempt_give_to_support(*, run: Run, reason: str) -> None:
+    """End the attempt as interrupted and give its question back, not charged: its attempt count
+    is as before it began. It counts as an interruption, so the page shows what it wrote while
+    the question waits, but never dead-letters it: support is about to answer. The attempt
+    learns it at its next fenced write or heartbeat, and ends without writing anything more."""
+    Run.objects.filter(pk=run.pk).update(
+        state=Run.State.INTERRUPTED, ended_at=Now(), error=f"{TAKEN_OVER}: {reason}"
+    )
+    message = run.message
+    message_bump(
+        message_id=message.pk,
+        state=Message.State.QUEUED,
+        attempts=run.attempt - 1,
+        interruptions=message.interruptions + 1,
+    )
+    logger.info("Attempt %s of message %s given to support", run.pk, message.pk)
+    transaction.on_commit(
+        lambda: publish_message_changed(conversation_id=run.conversation_id, message_id=message.pk)
     )
 
 

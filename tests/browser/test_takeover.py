@@ -47,14 +47,17 @@ def test_support_takes_over_mid_reply_talks_with_the_person_and_hands_back(brows
     expect(user.locator("[data-streaming] .streamed")).not_to_be_empty(timeout=20_000)
     chat = Conversation.objects.get(owner__username="ann")
 
-    # Staff take over mid-reply: the reply stops where it is, and the person sees who joined.
+    # Staff take over mid-reply: the attempt stops where it is, shown as interrupted, not as an
+    # answer; the person sees who joined, and the question waits for support.
     staff.goto(f"{site.url}/dashboard/conversations/{chat.pk}/")
     staff.get_by_label("Why take it over").fill("Ann asked for a person")
     staff.get_by_role("button", name="Take over").click()
     expect(staff.locator("[data-takeover]")).to_be_visible()
     joined = user.locator("[data-taken-over]")
     expect(joined).to_contain_text("Opal from support joined the conversation.", timeout=15_000)
-    expect(user.locator("[data-stopped]")).to_be_visible()
+    first = Message.objects.get(conversation=chat, text__startswith="Hi, my name is Ada")
+    interrupted = user.locator(f"#exchange-{first.pk} [data-interrupted]")
+    expect(interrupted).to_contain_text("support took the conversation over")
     expect(user.locator("[data-streaming]")).to_have_count(0)
 
     # A worker killed during the takeover, and its replacement: the agent answers nothing.
@@ -71,6 +74,12 @@ def test_support_takes_over_mid_reply_talks_with_the_person_and_hands_back(brows
     accessible_everywhere(staff, "console-takeover")
     accessible_everywhere(user, "chat-taken-over")
 
+    staff.get_by_label("Your reply").fill("Hi Ada, I'm Opal. I like tea too.")
+    staff.get_by_role("button", name="Send as support").click()
+    expect(user.locator(f"#exchange-{first.pk} [data-staff-reply]")).to_contain_text(
+        "I like tea too", timeout=15_000
+    )
+    expect(user.locator(f"#exchange-{first.pk} [data-interrupted]")).to_have_count(0)
     staff.get_by_label("Your reply").fill("Hi Ann, I'm Opal. Your order had two items.")
     staff.get_by_role("button", name="Send as support").click()
     reply = user.locator(f"#exchange-{asked.pk} [data-staff-reply]")
@@ -109,5 +118,5 @@ def test_support_takes_over_mid_reply_talks_with_the_person_and_hands_back(brows
         role="assistant", created_at__gt=taken, created_at__lt=handed
     ).exists()
     kinds = list(StaffAction.objects.order_by("id").values_list("kind", flat=True))
-    assert kinds == ["stop", "take_over", "staff_reply", "staff_reply", "hand_back"]
+    assert kinds == ["take_over", "staff_reply", "staff_reply", "staff_reply", "hand_back"]
     expect(staff.locator('[data-audit="hand_back"]')).to_contain_text(re.compile("three items"))

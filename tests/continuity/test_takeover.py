@@ -9,6 +9,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
+from chat.brains.builtin import BuiltinBrain
 from continuity import store
 from continuity.context.assembly import history_exchanges
 from continuity.context.handoffs import handoff_latest
@@ -21,7 +22,8 @@ from continuity.delivery.takeover import (
     staff_reply,
 )
 from continuity.errors import InvalidTransition
-from continuity.models import Conversation, Message, Run, StaffAction
+from continuity.models import Conversation, Message, ReplyChunk, Run, StaffAction
+from continuity.selectors import exchanges_of
 from continuity.store import contexts
 from continuity.store.contexts import SUPPORT_WROTE
 from tests.helpers.factories import ConversationFactory, UserFactory
@@ -30,21 +32,108 @@ from tests.helpers.messages import send
 pytestmark = pytest.mark.django_db
 
 
-def test_a_takeover_stops_the_reply_being_written_and_the_agent_answers_nothing():
+def test_a_takeover_gives_the_attempt_back_and_supports_reply_answers_its_question():
     opal = UserFactory(username="opal", is_staff=True)
     chat = ConversationFactory()
     first = send(chat, "Hi, my name is Ada")
     run = attempt_begin(conversation_id=chat.pk)
     conversation_take_over(conversation=chat, by=opal, reason="The order looks wrong")
 
-    assert Run.objects.get(pk=run.pk).state == "stopped"
-    assert Message.objects.get(pk=first.pk).reply.stopped_by_staff
+    run.refresh_from_db()
+    assert (run.state, run.error) == ("interrupted", "Taken over by support: The order looks wrong")
+    first.refresh_from_db()
+    assert (first.state, first.attempts, first.interruptions) == ("queued", 0, 1)  # not charged
+    assert not Message.objects.filter(reply_to=first).exists()
     waiting = send(chat, "Hello?")
     drain_conversation(conversation_id=chat.pk)  # a worker's drain: it begins nothing
     assert Message.objects.get(pk=waiting.pk).state == "queued"
     assert not Run.objects.filter(message=waiting).exists()
-    kinds = list(StaffAction.objects.order_by("id").values_list("kind", flat=True))
-    assert kinds == ["stop", "take_over"]
+    action = StaffAction.objects.get()
+    assert (action.kind, action.details) == ("take_over", {"interrupted_run": run.pk})
+
+    # While it waits, the page shows that the attempt stopped and why, not as an answer.
+    (shown,) = exchanges_of(chat, message_ids=[first.pk])
+    assert shown.reply is None
+    assert shown.interrupted.why == "support took the conversation over"
+    reply = staff_reply(conversation=chat, by=opal, text="Hi Ada, I'm Opal", answering=first.pk)
+    assert (reply.reply_to_id, reply.role) == (first.pk, "staff")
+    assert exchanges_of(chat, message_ids=[first.pk])[0].reply == reply
+
+
+def taking_over_while(conversation, *, opal, answering: str, at_token: int | None):
+    """A brain that takes `conversation` over when it answers `answering`: while it plans (the
+    attempt only just begun), or at its `at_token`th token (mid-stream)."""
+    planned, streamed = BuiltinBrain.plan, BuiltinBrain.respond
+
+    def take_over():
+        conversation_take_over(conversation=conversation, by=opal, reason="I'll answer this")
+
+    def plan(self, context):
+        if at_token is None and context.text == answering:
+            take_over()
+        return planned(self, context)
+
+    def respond(self, context, plan):
+        for index, token in enumerate(streamed(self, context, plan)):
+            if index == at_token and context.text == answering:
+                take_over()
+            yield token
+
+    return plan, respond
+
+
+@pytest.mark.parametrize("at_token", [None, 3], ids=["just-begun", "mid-stream"])
+def test_support_answers_the_question_a_takeover_interrupted(monkeypatch, settings, at_token):
+    settings.CONTINUITY_STREAM_FLUSH_SECONDS = 0  # each token is stored as it comes
+    opal = UserFactory(username="opal", is_staff=True)
+    chat = ConversationFactory()
+    question = send(chat, "My goal is to return a parcel I sent to the wrong address")
+    plan, respond = taking_over_while(chat, opal=opal, answering=question.text, at_token=at_token)
+    monkeypatch.setattr(BuiltinBrain, "plan", plan)
+    monkeypatch.setattr(BuiltinBrain, "respond", respond)
+
+    drain_conversation(conversation_id=chat.pk)  # stopped by its fence: nothing written
+
+    question.refresh_from_db()
+    assert (question.state, question.attempts) == ("queued", 0)
+    assert not Message.objects.filter(reply_to=question).exists()
+    written = ReplyChunk.objects.filter(message=question).exists()
+    assert written == (at_token is not None)
+    reply = staff_reply(conversation=chat, by=opal, text="I've sent a return label")
+    assert reply.reply_to_id == question.pk
+
+
+def test_in_a_burst_the_takeover_leaves_the_next_question_to_support(monkeypatch):
+    opal = UserFactory(username="opal", is_staff=True)
+    chat = ConversationFactory()
+    first = send(chat, "Hello")
+    second = send(chat, "My parcel went to the wrong address")
+    third = send(chat, "Can you help?")
+    plan, respond = taking_over_while(chat, opal=opal, answering=second.text, at_token=None)
+    monkeypatch.setattr(BuiltinBrain, "plan", plan)
+
+    # The second question's attempt begins in the transaction that stores the first reply.
+    drain_conversation(conversation_id=chat.pk)
+
+    assert Message.objects.get(reply_to=first).role == "assistant"
+    assert [each.pk for each in chat.messages.waiting().order_by("pk")] == [second.pk, third.pk]
+    assert staff_reply(conversation=chat, by=opal, text="On it").reply_to_id == second.pk
+    assert staff_reply(conversation=chat, by=opal, text="Yes").reply_to_id == third.pk
+
+
+def test_after_the_hand_back_the_agent_answers_the_question_the_takeover_interrupted():
+    opal = UserFactory(username="opal", is_staff=True)
+    chat = ConversationFactory()
+    question = send(chat, "My goal is to bake bread")
+    attempt_begin(conversation_id=chat.pk)
+    conversation_take_over(conversation=chat, by=opal, reason="x")
+    conversation_hand_back(conversation=chat, by=opal, note="Nothing to add")
+
+    drain_conversation(conversation_id=chat.pk)
+
+    reply = Message.objects.get(reply_to=question)
+    assert reply.role == "assistant" and "bake bread" in reply.text
+    assert Run.objects.filter(message=question).count() == 2
 
 
 def test_support_answers_the_oldest_waiting_message_as_a_person():
