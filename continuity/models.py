@@ -651,6 +651,26 @@ class Handoff(models.Model):
     run = models.ForeignKey(
         Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="handoffs"
     )
+    at_message = models.ForeignKey(
+        Message,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="For a version written outside an attempt (a correction, a staff edit, a pause, "
+        "a forget, a hand-back): the newest question of the branch shown when it was written. It "
+        "is hidden with that question's branch, and its changes are applied again on the branch "
+        "shown instead.",
+    )
+    based_on = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        db_index=False,  # never looked up by
+        help_text="The version this one was made from: what it changed is the difference.",
+    )
     created_at = models.DateTimeField(db_default=Now())
 
     class Meta:

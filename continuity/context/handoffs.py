@@ -14,7 +14,7 @@ from django.db.models import Max
 
 from .. import store
 from ..brains import HandoffNote
-from ..models import Conversation, Handoff, Run, sections_lines
+from ..models import Conversation, Handoff, Message, Run, sections_lines
 from ..store import contexts
 
 SECTIONS = Handoff.SECTIONS
@@ -65,19 +65,66 @@ def handoff_write(
 
 
 def handoff_create(
-    *, conversation_id: int, reason: str, sections: dict, author=None, run: Run | None = None
+    *,
+    conversation_id: int,
+    reason: str,
+    sections: dict,
+    author=None,
+    run: Run | None = None,
+    based_on: Handoff | None = None,
 ) -> Handoff:
-    """The next version, under the conversation's lock, which the caller holds."""
+    """The next version, under the conversation's lock, which the caller holds. One written
+    outside an attempt is placed on the branch shown (`Handoff.at_message`), made from
+    `based_on` (by default the newest version of that branch)."""
     texts = {name: section_text(sections.get(name, "")) for name in SECTIONS}
     newest = Handoff.objects.filter(conversation_id=conversation_id).aggregate(v=Max("version"))
+    placed = {}
+    if run is None:
+        placed = {
+            "at_message_id": newest_question_id(conversation_id),
+            "based_on": based_on or handoff_latest(conversation_id=conversation_id),
+        }
     return Handoff.objects.create(
         conversation_id=conversation_id,
         version=(newest["v"] or 0) + 1,
         reason=reason,
         author=author,
         run=run,
+        **placed,
         **texts,
     )
+
+
+def newest_question_id(conversation_id: int) -> int | None:
+    shown = Message.objects.filter(
+        conversation_id=conversation_id, role=Message.Role.USER, hidden_with__isnull=True
+    )
+    return shown.order_by("-id").values_list("pk", flat=True).first()
+
+
+def handoffs_carry(*, conversation_id: int, left: list[int]) -> None:
+    """The branch from question `left[0]` on was left for another (an edit, a regenerate, another
+    version shown): what was written outside an attempt on it (a correction, a staff edit, a
+    forget, a hand-back) happened to the conversation, not to that branch's replies, so each
+    such version's own changes are applied again, in order, onto the newest version of the
+    branch now shown. Its goal and plan, written by its replies, stay with it. The caller holds
+    the conversation's lock."""
+    written = (
+        Handoff.objects.filter(
+            conversation_id=conversation_id, run__isnull=True, at_message_id__in=left
+        )
+        .exclude(reason=Handoff.Reason.COMPACTION)  # names a summary of the branch left
+        .select_related("based_on")
+    )
+    for version in written.order_by("version"):
+        changes = handoff_changes(handoff_note(version.based_on), handoff_sections(version))
+        if changes:
+            handoff_revise(
+                conversation_id=conversation_id,
+                reason=version.reason,
+                edit=lambda sections, changes=changes: changes_apply(sections, changes),
+                author=version.author,
+            )
 
 
 def handoff_revise(
@@ -93,9 +140,10 @@ def handoff_revise(
     edit changed nothing."""
     with transaction.atomic():
         conversation_row_lock(conversation_id)
-        latest = handoff_sections(handoff_latest(conversation_id=conversation_id))
-        sections = {name: section_text(text) for name, text in edit(dict(latest)).items()}
-        if sections == {name: section_text(text) for name, text in latest.items()}:
+        latest = handoff_latest(conversation_id=conversation_id)
+        before = handoff_sections(latest)
+        sections = {name: section_text(text) for name, text in edit(dict(before)).items()}
+        if sections == {name: section_text(text) for name, text in before.items()}:
             return None
         return handoff_create(
             conversation_id=conversation_id,
@@ -103,6 +151,7 @@ def handoff_revise(
             sections=sections,
             author=author,
             run=run,
+            based_on=latest,
         )
 
 

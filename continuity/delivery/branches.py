@@ -20,6 +20,7 @@ import uuid
 from django.db import transaction
 from django.db.models import F, Q
 
+from ..context.handoffs import handoffs_carry
 from ..errors import ClientIdReused, InvalidTransition
 from ..live.events import publish_branch_changed
 from ..models import Conversation, Message
@@ -89,6 +90,7 @@ def version_add(
             client_id=client_id,
             version_of_id=root,
         )
+        handoffs_carry(conversation_id=current.conversation_id, left=changed)
         transaction.on_commit(
             lambda: publish_branch_changed(
                 conversation_id=current.conversation_id, message_ids=changed
@@ -115,10 +117,11 @@ def version_show(*, message: Message) -> None:
             raise InvalidTransition("This version is on a branch that is not shown.")
         if pending_messages(message.conversation_id).exists():
             raise busy_refusal(message.conversation_id)
-        changed = branch_hide(version=shown)
+        left = branch_hide(version=shown)
         revealed = Message.objects.filter(hidden_with=current)
-        changed += list(revealed.filter(role=Message.Role.USER).values_list("pk", flat=True))
+        changed = left + list(revealed.filter(role=Message.Role.USER).values_list("pk", flat=True))
         revealed.update(hidden_with=None, version=F("version") + 1)
+        handoffs_carry(conversation_id=message.conversation_id, left=left)
         transaction.on_commit(
             lambda: publish_branch_changed(
                 conversation_id=message.conversation_id, message_ids=changed

@@ -163,7 +163,8 @@ def waiting_behind(*, conversation_id: int, message_id: int) -> Query[list[Waiti
 
 def handoff_latest(*, conversation_id: int) -> Query[Handoff | None]:
     """The newest handoff of the shown branch: one written after a reply that is now on
-    a hidden branch (the conversation was edited before it) describes a state left behind."""
+    a hidden branch (the conversation was edited before it) describes a state left behind, and
+    so does one written outside an attempt while that branch was shown (`Handoff.at_message`)."""
 
     def read(found: list[tuple]) -> Handoff | None:
         if not found:
@@ -176,7 +177,9 @@ def handoff_latest(*, conversation_id: int) -> Query[Handoff | None]:
         f"SELECT {', '.join('h.' + column for column in HANDOFF_COLUMNS)} "
         "FROM continuity_handoff AS h LEFT JOIN continuity_run AS r ON r.id = h.run_id "
         "LEFT JOIN continuity_message AS m ON m.id = r.message_id "
+        "LEFT JOIN continuity_message AS p ON p.id = h.at_message_id "
         "WHERE h.conversation_id = %s AND (h.run_id IS NULL OR m.hidden_with_id IS NULL) "
+        "AND (h.at_message_id IS NULL OR p.hidden_with_id IS NULL) "
         "ORDER BY h.version DESC LIMIT 1",
         [conversation_id],
         read,

@@ -9,14 +9,15 @@ import pytest
 
 from continuity.context.assembly import context_gather, summary_latest
 from continuity.context.compaction import summary_write
-from continuity.context.handoffs import handoff_latest, handoff_write
+from continuity.context.handoffs import handoff_correct, handoff_latest, handoff_write
 from continuity.delivery.branches import message_edit, reply_regenerate, version_show
 from continuity.delivery.dead_letters import dead_letter_retry
+from continuity.delivery.processing import drain_conversation
 from continuity.errors import ClientIdReused, InvalidMessage, InvalidTransition
 from continuity.models import Conversation, Handoff, Message, Run
 from continuity.selectors import exchanges_of, exchanges_page
 from tests.helpers.factories import ConversationFactory, MessageFactory, UserFactory
-from tests.helpers.messages import answered, store_reply
+from tests.helpers.messages import answered, send, store_reply
 
 pytestmark = pytest.mark.django_db
 
@@ -155,7 +156,11 @@ def test_summaries_and_handoffs_of_a_hidden_branch_are_left_out(chat):
     one, two, three = (chat.messages.get(text=t) for t in ("one", "two", "three"))
     kept = summary_write(conversation_id=chat.pk, covers_through_id=one.pk, text="Said one.")
     summary_write(conversation_id=chat.pk, covers_through_id=two.pk, text="Said one and two.")
-    on_branch = handoff_write(conversation_id=chat.pk, reason="staff_edit", sections={})
+    on_branch = handoff_write(
+        conversation_id=chat.pk,
+        reason="staff_edit",
+        sections={"critical_context": "Call back on Monday"},
+    )
     run = Run.objects.create(
         conversation=chat,
         message=three,
@@ -171,9 +176,19 @@ def test_summaries_and_handoffs_of_a_hidden_branch_are_left_out(chat):
     )
     edited = message_edit(message=two, text="two b", client_id=uuid.uuid4())
     assert summary_latest(conversation_id=chat.pk) == kept
-    assert handoff_latest(conversation_id=chat.pk) == on_branch
+    # Staff's edit was written while "three" was shown: what it changed is carried over to the
+    # branch shown now, "three"'s reply's notes are not.
+    carried = handoff_latest(conversation_id=chat.pk)
+    assert (carried.version, carried.reason, carried.at_message_id) == (3, "staff_edit", edited.pk)
+    assert (carried.current_state, carried.critical_context) == ("", "Call back on Monday")
     refs = context_gather(message=edited)
-    assert refs.summary_id == kept.pk and refs.handoff_id == on_branch.pk
+    assert refs.summary_id == kept.pk and refs.handoff_id == carried.pk
+    store_reply(edited, "Reply to two b")
+    version_show(message=two)
+    assert handoff_latest(conversation_id=chat.pk).current_state == "Answered three"
+    version_show(message=edited)
+    assert handoff_latest(conversation_id=chat.pk) == carried
+    assert on_branch.at_message_id == three.pk
     # New versions keep counting up, whichever branch the newest was written on.
     assert summary_write(conversation_id=chat.pk, covers_through_id=one.pk, text="x").version == 3
 
@@ -267,3 +282,42 @@ def test_each_regenerated_reply_is_worded_differently(text):
         replies.append(Message.objects.get(reply_to=asked).text)
 
     assert len(set(replies)) == 3, replies
+
+
+def answer_of(conversation: Conversation, text: str) -> str:
+    message = send(conversation, text)
+    drain_conversation(conversation_id=conversation.pk)
+    return Message.objects.get(reply_to=message).text
+
+
+def working_on(conversation: Conversation) -> str:
+    return handoff_latest(conversation_id=conversation.pk).current_state.splitlines()[0]
+
+
+@pytest.mark.parametrize("corrected", [True, False], ids=["with-correction", "without"])
+def test_notes_written_outside_a_reply_follow_the_branch_they_were_written_on(corrected):
+    chat = ConversationFactory()
+    answer_of(chat, "My goal is to learn piano")
+    answer_of(chat, "My goal is to learn chess")
+    if corrected:
+        handoff_correct(conversation_id=chat.pk, text="I practise at weekends", author=chat.owner)
+    chess = chat.messages.get(text="My goal is to learn chess")
+
+    edited = message_edit(
+        message=chess, text="Which book should I start with?", client_id=uuid.uuid4()
+    )
+    drain_conversation(conversation_id=chat.pk)
+
+    assert working_on(chat) == "Working on: learn piano"
+    assert Message.objects.get(reply_to=edited).state == "done"
+    kept = "Correction from the user: I practise at weekends"
+    recap = answer_of(chat, "Where were we?")
+    assert "**learn piano**" in recap and "chess" not in recap
+    assert (kept in recap) == corrected
+    assert (kept in handoff_latest(conversation_id=chat.pk).critical_context) == corrected
+
+    # The chess branch, shown again, has its own goal, and the correction once.
+    version_show(message=chess)
+    assert working_on(chat) == "Working on: learn chess"
+    critical = handoff_latest(conversation_id=chat.pk).critical_context
+    assert critical.count(kept) == (1 if corrected else 0)
