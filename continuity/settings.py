@@ -485,6 +485,9 @@ CONTINUITY_HISTORY_EXCHANGES = env_int(
 # CONTINUITY_HISTORY_EXCHANGES are summarized by the brain (see continuity/context/compaction.py).
 CONTINUITY_CONTEXT_TOKENS = env_int("CONTINUITY_CONTEXT_TOKENS", 8000)
 CONTINUITY_COMPACT_AT = env_float("CONTINUITY_COMPACT_AT", 0.8)
+# The share of the budget a summary may take: past it, its oldest points are dropped (it grows
+# with every compaction, each made from the one before).
+CONTINUITY_SUMMARY_SHARE = env_float("CONTINUITY_SUMMARY_SHARE", 0.25)
 # What a brain's budget leaves aside from its model's window (beyond the reply's room) for what
 # the token estimate may miss: an estimate is not the model's tokenizer.
 CONTINUITY_TOKEN_MARGIN = env_float("CONTINUITY_TOKEN_MARGIN", 0.2)

@@ -1,11 +1,15 @@
 """Compaction: when the assembled context passes CONTINUITY_COMPACT_AT of the token budget,
 the exchanges older than the last CONTINUITY_HISTORY_EXCHANGES are summarized by the active
 brain into a new `Summary` version, and more of the oldest, down to the newest exchange, while
-what stays would still pass it: by tokens, whatever the number of exchanges. The messages stay
-for display and audit; they only leave the prompt.
+what stays would still pass it: by tokens, whatever the number of exchanges. The summary keeps
+within its share of the budget (`summary_bounded`). The messages stay for display and audit;
+they only leave the prompt.
 """
 
 from __future__ import annotations
+
+import re
+from dataclasses import replace
 
 from django.conf import settings
 from django.db import transaction
@@ -13,7 +17,7 @@ from django.db.models import Max
 
 from ..brains import Context, Turn
 from ..models import Message, Run, Summary
-from .assembly import ContextRefs, summary_latest, turn_line
+from .assembly import ContextRefs, context_text, summary_latest, turn_line
 from .handoffs import conversation_row_lock, handoff_for_compaction
 from .tokens import compaction_threshold, tokens_estimate
 
@@ -51,6 +55,38 @@ def turns_of(exchanges: list[list[int]]) -> list[Turn]:
     ids = [pk for exchange in exchanges for pk in exchange]
     rows = Message.objects.filter(pk__in=ids).order_by("id").values_list("role", "text")
     return [Turn(role, text) for role, text in rows]
+
+
+# The first line of a summary whose oldest points were dropped to keep it within its share.
+POINTS_DROPPED = "(Older points were dropped to keep this summary within its budget.)"
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+def summary_room(*, context: Context, older: list[list[int]], budget: int) -> int:
+    """The tokens the summary replacing `older` may take: its share of `budget`
+    (CONTINUITY_SUMMARY_SHARE), and no more than the compaction threshold leaves once what
+    compaction cannot shorten (identity, memory, notes, the exchanges it keeps) is counted."""
+    kept = replace(context, summary="", history=context.history[sum(len(each) for each in older) :])
+    left = compaction_threshold(budget) - tokens_estimate(context_text(kept))
+    return max(min(int(budget * settings.CONTINUITY_SUMMARY_SHARE), left), 1)
+
+
+def summary_bounded(text: str, *, limit: int, previous: str) -> str:
+    """The brain's summary within `limit` tokens (`summary_room`): each summary is made from
+    the one before, so without a bound it grows until the context passes its budget and no
+    compaction can shorten it (with a model brain, every later message would then be
+    dead-lettered). Past it, its oldest points (lines; sentences, for one paragraph) are
+    dropped, and its first line says so, as it does in every later summary made from one that
+    lost points (`previous`); the newest points are kept."""
+    points = [line for line in text.splitlines() if line.strip() and line != POINTS_DROPPED]
+    dropped = previous.startswith(POINTS_DROPPED)
+    if tokens_estimate("\n".join([POINTS_DROPPED, *points] if dropped else points)) <= limit:
+        return "\n".join([POINTS_DROPPED, *points]) if dropped else text
+    if len(points) == 1:
+        points = SENTENCE_END.split(points[0])
+    while len(points) > 1 and tokens_estimate("\n".join([POINTS_DROPPED, *points])) > limit:
+        points.pop(0)
+    return "\n".join([POINTS_DROPPED, *points])
 
 
 def summary_write(

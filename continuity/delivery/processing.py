@@ -30,7 +30,13 @@ from ..context.assembly import (
     context_tokens,
     run_context_store,
 )
-from ..context.compaction import compaction_candidates, compaction_store, turns_of
+from ..context.compaction import (
+    compaction_candidates,
+    compaction_store,
+    summary_bounded,
+    summary_room,
+    turns_of,
+)
 from ..context.handoffs import handoff_changes
 from ..context.recoveries import recovery_note, recovery_record
 from ..context.tokens import context_budget
@@ -458,7 +464,11 @@ def context_assemble(*, run: Run, message: Message, brain: Brain) -> Context:
         summary = None
         if older:  # outside any transaction: it may be a slow model call
             with model_slot(brain, wait=settings.CONTINUITY_OPENAI_REQUEST_TIMEOUT):
-                summary = brain.summarize(turns_of(older), context.summary)
+                summary = summary_bounded(
+                    brain.summarize(turns_of(older), context.summary),
+                    limit=summary_room(context=context, older=older, budget=budget),
+                    previous=context.summary,
+                )
         with transaction.atomic():
             conversation_lock(run.conversation_id)
             run_lock_owned(run)

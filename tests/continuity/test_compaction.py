@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.db import connection
 from django.urls import reverse
 
 from continuity.brains import Context, Turn
-from continuity.context.assembly import ContextRefs
+from continuity.context.assembly import ContextRefs, run_context_text
 from continuity.context.compaction import compaction_candidates, exchange_tokens
 from continuity.context.tokens import tokens_estimate
 from continuity.delivery.processing import drain_conversation
 from continuity.models import MemoryFact, Message, RunContext, Summary
-from tests.helpers.factories import UserFactory
+from tests.helpers.factories import ConversationFactory, UserFactory
 from tests.helpers.messages import send
 from tests.helpers.processes import WorkerProcess
 from tests.helpers.waiting import wait_for
@@ -255,3 +257,20 @@ def test_a_summary_staff_edit_during_a_compaction_is_kept(conversation, small_bu
     assert newest.version > edited.version and newest.author is None
     assert staff_line in newest.text  # the compaction was made again, from staff's version
     assert Summary.objects.filter(pk=edited.pk, text=staff_line).exists()
+
+
+def test_fifty_fact_stating_messages_keep_the_context_within_a_small_budget(user, settings):
+    # Small: the identity, the notes' headings, one exchange and the message take 300 of it.
+    settings.CONTINUITY_CONTEXT_TOKENS = 450
+    conversation = ConversationFactory(owner=user)
+    for number in range(1, 51):
+        answer(conversation, f"I like rye number {number}. Remember that batch {number} rose well.")
+
+    stored = RunContext.objects.filter(run__conversation=conversation).order_by("run_id")
+    assert stored.count() == 50
+    biggest = max(stored, key=lambda each: each.estimated_tokens)
+    assert biggest.estimated_tokens <= 450, run_context_text(biggest)
+    newest = Summary.objects.filter(conversation=conversation).order_by("-version").first()
+    # It still holds the newest of what was summarized, and says that older lines were dropped.
+    assert re.search(r"“(I like rye number|Remember that batch) 4\d", newest.text)
+    assert newest.text.startswith("(Older points were dropped")
