@@ -80,6 +80,9 @@ class FakeOpenAI:
         self.interruptions: list[int] = []
         self.keepalive: float | None = None  # seconds between `: ping` comments in a stall
         self.empties: list[bool] = []
+        self.freezes: list[int] = []
+        self.thawed = threading.Event()  # cleared: the whole server answers nothing
+        self.thawed.set()
         self.overflows = 0  # prompts longer than the window, answered with nothing
         self.answered: dict[int, bool] = {}  # by handler thread: its request is counted done
         self.active = 0  # chat completion requests being answered now
@@ -120,6 +123,19 @@ class FakeOpenAI:
         `finish_reason`: cut short, without saying so."""
         with self.lock:
             self.interruptions += [words] * times
+
+    def freeze_after(self, *, words: int) -> None:
+        """The next streamed reply freezes the whole server after `words` words: that stream,
+        every other one and every request (`/v1/models` too) get nothing until `thaw()`."""
+        with self.lock:
+            self.freezes.append(words)
+
+    def thaw(self) -> None:
+        self.thawed.set()
+
+    def frozen_wait(self) -> None:
+        while not (self.thawed.wait(0.05) or self.released.is_set()):
+            pass
 
     def empty_next(self, *, times: int = 1) -> None:
         """The next `times` streamed replies are empty: the role, then `[DONE]`."""
@@ -175,6 +191,7 @@ class OpenAIHandler(BaseHTTPRequestHandler):
         pass  # keep the test output clean
 
     def do_GET(self) -> None:
+        self.fake.frozen_wait()
         if (
             self.path.rstrip("/") == "/props"
             and self.fake.context_tokens
@@ -190,6 +207,7 @@ class OpenAIHandler(BaseHTTPRequestHandler):
         return self.json(200, {"object": "list", "data": [model]})
 
     def do_POST(self) -> None:
+        self.fake.frozen_wait()
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
         if self.path.rstrip("/") == "/tokenize" and self.fake.tokenizer:
             return self.json(200, {"tokens": [0] * self.fake.tokens_of(body.get("content") or "")})
@@ -248,6 +266,7 @@ class OpenAIHandler(BaseHTTPRequestHandler):
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         stall = self.fake.take(self.fake.stalls)
+        freeze = self.fake.take(self.fake.freezes)
         interrupt = self.fake.take(self.fake.interruptions)
         words = [] if self.fake.take(self.fake.empties) else WORD.findall(text)
         finish = "stop"
@@ -265,6 +284,9 @@ class OpenAIHandler(BaseHTTPRequestHandler):
                     return
                 if index == interrupt:
                     break
+                if index == freeze:
+                    self.fake.thawed.clear()
+                self.fake.frozen_wait()
                 time.sleep(self.fake.delay)
                 self.event(chunk(chunk_id, self.fake.model, {"content": word}))
             else:

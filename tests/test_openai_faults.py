@@ -189,3 +189,33 @@ def test_sigkill_mid_stream_regenerates_the_reply_once(processes, fake):
     )
     assert Recovery.objects.filter(message=message).count() == 1
     assert_promise_kept([message])
+
+
+def test_a_server_that_freezes_mid_reply_charges_no_attempt_and_counts_as_down(processes, fake):
+    processes.add(openai_worker(fake))
+    processes.add(WatchdogProcess())
+    (conversation,) = conversations(1)
+    fake.freeze_after(words=3)
+    message = send(conversation, "Please plan my week in three short steps")
+
+    given_back = wait_for(
+        lambda: message.runs.exclude(state="running").first(),
+        timeout=30,
+        what="the frozen attempt to end",
+    )
+    assert given_back.state == "interrupted"
+    assert given_back.error == (
+        f"Model server unavailable: The model server at {fake.url} sent no token for 1 s "
+        "mid-reply, and then answered nothing at all."
+    )
+    assert ReplyChunk.objects.filter(run=given_back).exists()  # it froze mid-reply
+    message.refresh_from_db()
+    assert (message.attempts, message.state) == (0, "queued")  # not the message's fault
+    fake.thaw()
+    wait_finished([message])
+
+    message.refresh_from_db()
+    assert message.state == "done" and message.attempts == 1
+    assert run_states(message) == ["interrupted", "completed"]
+    assert not CrashRecord.objects.exists()
+    assert_promise_kept([message])

@@ -562,8 +562,9 @@ class OpenAIBrain:
         the reason). A server that cannot answer (refused or dropped connections, 5xx and 429
         still failing after the client's own retries, silence before the first token) becomes
         BackendUnavailable: the attempt is given back and the server gets its backoff. Silence
-        once it is `answering` becomes ModelTimeout: it stalled on this message, and the
-        attempt fails."""
+        once it is `answering` becomes ModelTimeout when the server still answers a request for
+        its models list (it stalled on this message, and the attempt fails), BackendUnavailable
+        when it answers nothing at all (it froze: not the message's fault)."""
         server = f"The model server at {self.base_url}"
         try:
             yield
@@ -595,8 +596,11 @@ class OpenAIBrain:
             # Before the response: APITimeoutError (after the client's retries); mid-stream,
             # httpx's ReadTimeout comes straight through the stream's iterator.
             said = f"{server} {timeout} (model {self.model!r})."
+            models = f"{self.base_url.rstrip('/')}/models"
+            if answering() and not self.server_json(models).get(SERVER_DOWN):
+                raise ModelTimeout(said) from exc  # it answers others: it stalled on this one
             if answering():
-                raise ModelTimeout(said) from exc
+                said = f"{server} {timeout} mid-reply, and then answered nothing at all."
             raise BackendUnavailable(said, backend=self.backend) from exc
         except (openai.RateLimitError, openai.InternalServerError) as exc:
             raise BackendUnavailable(
