@@ -23,6 +23,7 @@ from chat.brains.builtin import BuiltinBrain, clip
 from continuity.brains import CUT_OFF, Context, Turn
 from continuity.context.assembly import context_tokens
 from continuity.context.tokens import tokens_estimate
+from continuity.delivery.backends import model_learn, model_learned
 from continuity.errors import BackendUnavailable, ContextTooLong, PermanentError
 from continuity.models import handoff_markdown
 
@@ -60,6 +61,7 @@ MODEL_NAME_SHOWN = 100
 # unknown, and how long an unknown one stays unasked.
 WINDOW_ASK_TIMEOUT = 3
 WINDOW_ASK_AGAIN = 60
+LEARNED_READ_SECONDS = 1.0
 SERVER_DOWN = "_server_down"  # in what `server_json` returns when nothing answered
 
 
@@ -147,6 +149,9 @@ class OpenAIBrain:
     # The most server tokens one estimated token has turned out to be (the server's count of a
     # prompt over CONTINUITY_TOKEN_ESTIMATOR's): the budget shrinks by it. Only ever grows.
     scales: dict[tuple[str, str], float] = {}
+    # What a refusal taught is shared with every process (`model_learn`), and what the others
+    # learned is read at most every LEARNED_READ_SECONDS (monotonic clock).
+    learned_read: dict[tuple[str, str], float] = {}
 
     @classmethod
     def key(cls) -> tuple[str, str]:
@@ -157,9 +162,31 @@ class OpenAIBrain:
         return f"{settings.CONTINUITY_OPENAI_MODEL} (model server)"
 
     @classmethod
+    def shared_key(cls) -> str:
+        return " ".join(cls.key())
+
+    @classmethod
+    def learned_sync(cls) -> None:
+        """Take in what other processes learned of the model: every pool process would otherwise
+        meet its own refusal (and give its own attempt back) before it knew."""
+        key, now = cls.key(), time.monotonic()
+        if now - cls.learned_read.get(key, -LEARNED_READ_SECONDS) < LEARNED_READ_SECONDS:
+            return
+        cls.learned_read[key] = now
+        learned = model_learned(cls.shared_key())
+        if learned is None:
+            return
+        if learned.window and learned.window < (cls.windows.get(key) or learned.window + 1):
+            cls.windows[key] = learned.window
+        if learned.scale and learned.scale > cls.scales.get(key, 1.0):
+            cls.scales[key] = learned.scale
+
+    @classmethod
     def context_window(cls) -> int | None:
-        """The model's context window in tokens: configured, else as its server said, else
-        unknown (None: only CONTINUITY_CONTEXT_TOKENS bounds the prompt)."""
+        """The model's context window in tokens: configured, else as its server said (or as any
+        process learned from its refusals), else unknown (None: only CONTINUITY_CONTEXT_TOKENS
+        bounds the prompt)."""
+        cls.learned_sync()
         configured = settings.CONTINUITY_OPENAI_CONTEXT_TOKENS
         known = [window for window in (configured, cls.windows.get(cls.key())) if window]
         return min(known) if known else None
@@ -186,6 +213,7 @@ class OpenAIBrain:
             window = int(budget / margin) + cls.reply_tokens()
         if window and (not current or window < current):
             cls.windows[key] = window
+            model_learn(cls.shared_key(), window=window)
             learned = True
         if learned:
             logger.warning(
@@ -197,6 +225,7 @@ class OpenAIBrain:
 
     @classmethod
     def token_scale(cls) -> float:
+        cls.learned_sync()
         return cls.scales.get(cls.key(), 1.0)
 
     @classmethod
@@ -206,6 +235,7 @@ class OpenAIBrain:
         if ratio <= cls.token_scale():
             return False
         cls.scales[cls.key()] = ratio
+        model_learn(cls.shared_key(), scale=ratio)
         return True
 
     @classmethod

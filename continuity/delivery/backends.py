@@ -163,6 +163,56 @@ def backend_down(backend: str) -> BackendDown | None:
     return BackendDown(failures=int(failures), wait=wait, reason=(reason or b"").decode())
 
 
+@dataclass(frozen=True)
+class Learned:
+    """What attempts learned of a model from its server's refusals, shared by every process:
+    its window (the smallest stated or guessed), and how many of its tokens one estimated token
+    is (the most seen). None where nothing was learned."""
+
+    window: int | None
+    scale: float | None
+
+
+def learned_key(model: str) -> str:
+    return f"continuity:model:{model}:learned"
+
+
+# Keep the most cautious of what any process learned: the smaller window, the larger scale.
+LEARN = """
+local window, scale = tonumber(ARGV[1]), tonumber(ARGV[2])
+local known = redis.call('HMGET', KEYS[1], 'window', 'scale')
+if window > 0 and (not known[1] or window < tonumber(known[1])) then
+  redis.call('HSET', KEYS[1], 'window', ARGV[1])
+end
+if scale > 0 and (not known[2] or scale > tonumber(known[2])) then
+  redis.call('HSET', KEYS[1], 'scale', ARGV[2])
+end
+redis.call('EXPIRE', KEYS[1], tonumber(ARGV[3]))
+return 1
+"""
+
+
+def model_learn(model: str, *, window: int | None = None, scale: float | None = None) -> None:
+    """Share what this process learned of `model` (a key naming the server and the model), so
+    that no other process meets the same refusal to learn it again. Kept a day, as a server's
+    failures are. Without Redis it stays this process's."""
+    try:
+        redis_client().eval(
+            LEARN, 1, learned_key(model), window or 0, repr(scale or 0.0), STATE_SECONDS
+        )
+    except redis.RedisError:
+        logger.warning("What was learned of model %s not shared: Redis unavailable", model)
+
+
+def model_learned(model: str) -> Learned | None:
+    """What any process learned of `model`; None when Redis cannot say."""
+    try:
+        window, scale = redis_client().hmget(learned_key(model), "window", "scale")
+    except redis.RedisError:
+        return None
+    return Learned(window=int(window) if window else None, scale=float(scale) if scale else None)
+
+
 # Take a slot of a backend's semaphore: leases that ran out are dropped first, then a slot is
 # taken (or this holder's renewed) if fewer than the limit are held. Redis's clock: the hosts'
 # clocks do not matter.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import re
 import socket
 import time
@@ -14,6 +16,7 @@ from chat.brains.openai import ModelTimeout, OpenAIBrain, prompt_messages
 from continuity.brains import CUT_OFF, Context, HandoffNote, RecoveryNote, Turn, brain_load
 from continuity.errors import BackendUnavailable, PermanentError
 from devtools.fake_model import FakeOpenAI, reply_to
+from tests.helpers.waiting import wait_for
 
 
 @pytest.fixture
@@ -392,3 +395,21 @@ def test_a_refusal_stating_only_a_known_window_still_teaches_a_smaller_prompt(se
     # smaller prompt is guessed rather than the message given up on.
     assert OpenAIBrain.window_learn(2400, window=4096)  # the estimate was within the budget
     assert OpenAIBrain.context_window() < 4096
+
+
+def test_what_one_process_learns_of_the_model_every_other_process_knows(brain):
+    def refused() -> None:  # another pool process meets the refusal
+        learned = OpenAIBrain.window_learn(4000, window=2048, counted=6000)
+        os._exit(0 if learned else 1)
+
+    child = multiprocessing.get_context("fork").Process(target=refused)
+    child.start()
+    child.join(timeout=30)
+
+    assert child.exitcode == 0
+    # This process never met a refusal: it reads what others learned at most once a second.
+    wait_for(lambda: OpenAIBrain.context_window() == 2048, timeout=5, what="the window learned")
+    assert OpenAIBrain.token_scale() == 1.5
+    # What is learned only ever gets more cautious, whichever process learns it.
+    assert not OpenAIBrain.window_learn(4000, window=4096, counted=5000)
+    assert (OpenAIBrain.context_window(), OpenAIBrain.token_scale()) == (2048, 1.5)
