@@ -57,14 +57,16 @@ class EmptyReply(Exception):
 
 
 class BackendBusy(Exception):
-    """Every request slot of the model server stayed taken (CONTINUITY_OPENAI_CONCURRENCY):
-    it is answering others, not failing. The attempt is given back uncounted, and tried again
-    when the server next answers, or after `wait` seconds."""
+    """Every request slot of the model server was taken (CONTINUITY_OPENAI_CONCURRENCY), or the
+    free ones were other conversations' turn: it is answering others, not failing. The attempt
+    is given back uncounted, and tried again when its turn for one of the server's `limit`
+    slots comes, or after `wait` seconds."""
 
-    def __init__(self, message: str, *, backend: str, wait: float) -> None:
+    def __init__(self, message: str, *, backend: str, wait: float, limit: int) -> None:
         super().__init__(message)
         self.backend = backend
         self.wait = wait
+        self.limit = limit
 
 
 class AttemptStopped(Exception):

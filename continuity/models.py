@@ -98,8 +98,8 @@ class Conversation(models.Model):
         ]
         indexes = [
             models.Index(fields=["owner", "-updated_at"]),
-            # The few that wait for their model server: every answer of a server looks for
-            # those that found it busy (continuity.delivery.backends.backend_answered).
+            # The few that wait for their model server: a server's answer after an outage looks
+            # for them (continuity.delivery.backends.backend_answered).
             models.Index(
                 fields=["waiting_for"],
                 condition=~models.Q(waiting_for=""),

@@ -18,6 +18,7 @@ import redis
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, IntegrityError, InterfaceError, transaction
+from django.db.models import QuerySet
 
 from ..brains import brain_class, brain_load
 from ..errors import AttemptStopped
@@ -97,34 +98,31 @@ def backend_failed(backend: str, *, reason: str, retry_after: float | None) -> B
 def backend_answered(backend: str) -> None:
     """The server answered: whatever failed before is over, and the conversations that wait
     for it are answered now, not at their own next try (which the backoff may have put
-    minutes away); so are those that found it busy (a slot has just been freed)."""
-    waited_for = [Conversation.WaitingFor.MODEL_BUSY]
+    minutes away). Those that found it busy wait their turn (`backend_queue_release`)."""
     try:
-        if redis_client().delete(backend_key(backend)):
-            logger.info("Model server %s answers again", backend)
-            waited_for.append(Conversation.WaitingFor.MODEL)
+        if not redis_client().delete(backend_key(backend)):
+            return
+        logger.info("Model server %s answers again", backend)
     except redis.RedisError:
         logger.warning("Model server %s answered; Redis did not hear of it", backend)
-    try:
-        released = conversations_waiting_release(backend, waited_for)
-    except (DatabaseError, InterfaceError):
-        logger.exception("Conversations waiting for %s left to their next try", backend)
         return
-    if released:
+    waiting = Conversation.objects.filter(
+        waiting_for=Conversation.WaitingFor.MODEL, brain__in=brains_of(backend)
+    )
+    if released := conversations_release(waiting, waited_for=backend):
         logger.info("%s conversation(s) waiting for %s go on", released, backend)
 
 
-def conversations_waiting_release(backend: str, waited_for: list[str]) -> int:
-    """End the wait of the conversations whose brain uses `backend` and that wait for it as
-    `waited_for` says, and send each a drain; how many."""
-    brains = brains_of(backend)
-    waiting = Conversation.objects.filter(
-        state=Conversation.State.ACTIVE,
-        waiting_for__in=waited_for,
-        brain__in=brains,
-    )
-    ids = list(waiting.values_list("pk", flat=True))
-    waiting.filter(pk__in=ids).update(retry_at=None, waiting_for=Conversation.WaitingFor.ATTEMPT)
+def conversations_release(waiting: QuerySet[Conversation], *, waited_for: str) -> int:
+    """End the wait of the active conversations among `waiting` and send each a drain; how
+    many. A database that cannot say leaves each to its own next try."""
+    try:
+        active = waiting.filter(state=Conversation.State.ACTIVE)
+        ids = list(active.values_list("pk", flat=True))
+        active.filter(pk__in=ids).update(retry_at=None, waiting_for=Conversation.WaitingFor.ATTEMPT)
+    except (DatabaseError, InterfaceError):
+        logger.exception("Conversations waiting for %s left to their next try", waited_for)
+        return 0
     for conversation_id in ids:
         conversation_enqueue(conversation_id=conversation_id)
         publish_conversation_changed(conversation_id=conversation_id)
@@ -213,19 +211,56 @@ def model_learned(model: str) -> Learned | None:
     return Learned(window=int(window) if window else None, scale=float(scale) if scale else None)
 
 
-# Take a slot of a backend's semaphore: leases that ran out are dropped first, then a slot is
-# taken (or this holder's renewed) if fewer than the limit are held. Redis's clock: the hosts'
-# clocks do not matter.
+# Take a slot of a backend's semaphore, in turn: leases that ran out are dropped first, and so
+# are the queued conversations that neither asked again nor came for their slot within
+# ARGV[5] seconds (answered elsewhere, deleted, taken over). A slot is taken (or this holder's
+# renewed) when one is free and this conversation (ARGV[4]) is among the first in the queue
+# for the free ones, or the queue is shorter than that; otherwise the conversation joins the
+# queue, keeping its first place. Without a conversation (a title) it never queues. Redis's
+# clock: the hosts' clocks do not matter.
 SLOT_TAKE = """
 local now = redis.call('TIME')
 local t = tonumber(now[1]) + tonumber(now[2]) / 1000000
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', t)
-if redis.call('ZSCORE', KEYS[1], ARGV[1]) or redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[2]) then
+for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', t - tonumber(ARGV[5]))) do
+  redis.call('ZREM', KEYS[2], gone)
+  redis.call('ZREM', KEYS[3], gone)
+end
+local free = tonumber(ARGV[2]) - redis.call('ZCARD', KEYS[1])
+local turn = redis.call('ZSCORE', KEYS[1], ARGV[1]) ~= false
+if not turn and free > 0 then
+  local ahead = redis.call('ZRANGE', KEYS[2], 0, free - 1)
+  turn = #ahead < free
+  for _, waiting in ipairs(ahead) do
+    if waiting == ARGV[4] then turn = true end
+  end
+end
+if turn then
   redis.call('ZADD', KEYS[1], t + tonumber(ARGV[3]), ARGV[1])
   redis.call('EXPIRE', KEYS[1], math.ceil(tonumber(ARGV[3])) + 1)
+  redis.call('ZREM', KEYS[2], ARGV[4])
+  redis.call('ZREM', KEYS[3], ARGV[4])
   return 1
 end
+if ARGV[4] ~= '' then
+  redis.call('ZADD', KEYS[2], 'NX', t, ARGV[4])
+  redis.call('ZADD', KEYS[3], t, ARGV[4])
+  redis.call('EXPIRE', KEYS[2], tonumber(ARGV[6]))
+  redis.call('EXPIRE', KEYS[3], tonumber(ARGV[6]))
+end
 return 0
+"""
+# The queued conversations whose turn it is, first come first: as many as slots are free. Each
+# is marked seen now, so that it has time to come for its slot before it counts as gone.
+QUEUE_HEAD = """
+local now = redis.call('TIME')
+local t = tonumber(now[1]) + tonumber(now[2]) / 1000000
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', t)
+local free = tonumber(ARGV[1]) - redis.call('ZCARD', KEYS[1])
+if free <= 0 then return {} end
+local ahead = redis.call('ZRANGE', KEYS[2], 0, free - 1)
+for _, waiting in ipairs(ahead) do redis.call('ZADD', KEYS[3], 'XX', t, waiting) end
+return ahead
 """
 # Renew a slot's lease only while its holder still has it: a renewal that lands after the
 # release (or after the lease ran out and the slot went to another) takes nothing back.
@@ -241,26 +276,51 @@ return 1
 # within this time.
 SLOT_LEASE_SECONDS = 15.0
 SLOT_POLL_SECONDS = 0.1
+# A queued conversation that neither asks again nor comes for its slot this long has gone: it
+# loses its place (a busy give-back asks again within CONTINUITY_OPENAI_REQUEST_TIMEOUT).
+QUEUE_GONE_SECONDS = 300
 
 
 def slots_key(backend: str) -> str:
     return f"continuity:backend:{backend}:slots"
 
 
+def queue_keys(backend: str) -> tuple[str, str]:
+    """The conversations waiting for a slot, by when each first asked, and when each was last
+    seen (asked again, or was told its turn came)."""
+    return f"continuity:backend:{backend}:queue", f"continuity:backend:{backend}:queue:seen"
+
+
 @contextmanager
 def backend_slot(
-    backend: str, *, limit: int, wait: float, stopped: Event | None = None
+    backend: str,
+    *,
+    limit: int,
+    wait: float = 0.0,
+    stopped: Event | None = None,
+    conversation_id: int | None = None,
 ) -> Iterator[bool]:
     """One of the `limit` requests the model server may serve at once, counted across every
     worker (a semaphore in Redis whose slots are leases): a small local server then queues
-    conversations instead of interrupting them. Yields True once held, False when none freed
-    within `wait` seconds. No limit (`limit` 0), or no Redis to count in: True at once, as a
-    limit must not stop answers. AttemptStopped when `stopped` is set while waiting."""
+    conversations instead of interrupting them. Slots go in turn: a conversation that finds
+    none free joins the backend's queue, and the slots freed later go to the queue's first
+    (`backend_queue_release`), never to whoever asks first. Yields True once held, False when
+    none came within `wait` seconds (0: asked once, so that no process is held waiting). No
+    limit (`limit` 0), or no Redis to count in: True at once, as a limit must not stop answers.
+    AttemptStopped when `stopped` is set while waiting."""
     if limit <= 0:
         yield True
         return
     client, holder, key = redis_client(), uuid.uuid4().hex, slots_key(backend)
-    held = slot_wait(client, key, holder, limit, wait=wait, stopped=stopped)
+    held = slot_wait(
+        client,
+        backend,
+        holder,
+        limit,
+        wait=wait,
+        stopped=stopped,
+        conversation_id=conversation_id,
+    )
     if not held:
         yield held is None
         return
@@ -280,24 +340,53 @@ def backend_slot(
         renewer.join(timeout=5)  # no renewal after the release (the script checks too)
         with suppress(redis.RedisError):
             client.zrem(key, holder)
+        backend_queue_release(backend, limit=limit)
 
 
 def slot_wait(
-    client: redis.Redis, key: str, holder: str, limit: int, *, wait: float, stopped: Event | None
+    client: redis.Redis,
+    backend: str,
+    holder: str,
+    limit: int,
+    *,
+    wait: float,
+    stopped: Event | None,
+    conversation_id: int | None,
 ) -> bool | None:
     """Whether a slot was taken within `wait` seconds; None when Redis cannot say."""
     deadline = time.monotonic() + wait
+    keys = (slots_key(backend), *queue_keys(backend))
+    asking = (holder, limit, SLOT_LEASE_SECONDS, conversation_id or "", QUEUE_GONE_SECONDS)
     try:
-        while not client.eval(SLOT_TAKE, 1, key, holder, limit, SLOT_LEASE_SECONDS):
+        while not client.eval(SLOT_TAKE, 3, *keys, *asking, STATE_SECONDS):
             if stopped is not None and stopped.is_set():
-                raise AttemptStopped(f"Stopped while waiting for a slot of {key}.")
+                raise AttemptStopped(f"Stopped while waiting for a slot of {backend}.")
             if time.monotonic() >= deadline:
                 return False
             time.sleep(SLOT_POLL_SECONDS)
     except redis.RedisError:
-        logger.warning("No slot count for %s; the request goes ahead", key, exc_info=True)
+        logger.warning("No slot count for %s; the request goes ahead", backend, exc_info=True)
         return None
     return True
+
+
+def backend_queue_release(backend: str, *, limit: int) -> int:
+    """Send a drain to the conversations whose turn for a slot of `backend` has come (as many
+    as slots are free, first come first); how many. Called when a slot is freed, and after each
+    busy give-back commits: a slot freed between the give-back's failed take and its commit
+    found no conversation waiting in the database, and would otherwise leave it to its whole
+    fallback wait."""
+    try:
+        slots, queue, seen = slots_key(backend), *queue_keys(backend)
+        ahead = [int(pk) for pk in redis_client().eval(QUEUE_HEAD, 3, slots, queue, seen, limit)]
+    except redis.RedisError:
+        return 0  # each waits its fallback, `CONTINUITY_OPENAI_REQUEST_TIMEOUT`
+    if not ahead:
+        return 0
+    waiting = Conversation.objects.filter(
+        pk__in=ahead, waiting_for=Conversation.WaitingFor.MODEL_BUSY
+    )
+    return conversations_release(waiting, waited_for=backend)
 
 
 def backends_check() -> None:

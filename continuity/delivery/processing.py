@@ -62,7 +62,13 @@ from .attempts.failures import attempt_end, conversation_wait_for_model
 from .attempts.finish import Finished, attempt_finish
 from .attempts.lease import attempt_begin, attempt_start, attempt_withdraw
 from .attempts.locking import conversation_lock, fence_held, run_lock_owned
-from .backends import backend_answered, backend_down, backend_failed, backend_slot
+from .backends import (
+    backend_answered,
+    backend_down,
+    backend_failed,
+    backend_queue_release,
+    backend_slot,
+)
 from .heartbeats import RunHeartbeat, outage_note
 from .inbox import conversation_enqueue, title_from_text
 from .workers import attempt_key_write
@@ -252,8 +258,8 @@ def attempt_execute(*, begun: Begun, node: str = "", slice_ends: float = 0.0) ->
                 counted=False,
             )
         except BackendBusy as exc:
-            # The server answers others: given back uncounted, and the conversation waits for
-            # its next answer (which releases every conversation waiting for it) or `wait`.
+            # The server answers others: given back uncounted, and the conversation waits its
+            # turn in the server's queue (a freed slot releases the queue's first) or `wait`.
             attempt_end_recorded(
                 run,
                 heartbeat.stopped,
@@ -262,6 +268,7 @@ def attempt_execute(*, begun: Begun, node: str = "", slice_ends: float = 0.0) ->
                 wait=exc.wait,
                 counted=False,
             )
+            backend_queue_release(exc.backend, limit=exc.limit)
         except BackendUnavailable as exc:
             # The model server's fault, not the message's: given back, and the conversation
             # waits the server's backoff. Within an outage (the server is marked unavailable)
@@ -312,18 +319,30 @@ TITLE_SLOT_WAIT_SECONDS = 5.0
 
 
 @contextmanager
-def model_slot(brain: Brain, *, wait: float, stopped: Event | None = None) -> Iterator[None]:
+def model_slot(
+    brain: Brain,
+    *,
+    wait: float = 0.0,
+    stopped: Event | None = None,
+    conversation_id: int | None = None,
+) -> Iterator[None]:
     """One of the requests the brain's model server may serve at once
-    (`brain.concurrency()`; none for a brain without a server). BackendBusy when none freed
-    within `wait` seconds: the attempt is given back, uncounted."""
+    (`brain.concurrency()`; none for a brain without a server), in turn. An attempt
+    (`conversation_id`) asks once: BackendBusy when none is its to take, and the attempt is
+    given back, uncounted, holding no process while it waits its turn (or, should its turn's
+    drain be lost, CONTINUITY_OPENAI_REQUEST_TIMEOUT). A title waits up to `wait` seconds."""
     backend = getattr(brain, "backend", None)
     limit = brain.concurrency() if backend and hasattr(brain, "concurrency") else 0
-    with backend_slot(backend or "", limit=limit, wait=wait, stopped=stopped) as held:
+    with backend_slot(
+        backend or "", limit=limit, wait=wait, stopped=stopped, conversation_id=conversation_id
+    ) as held:
         if not held:
             raise BackendBusy(
-                f"{backend}: all {limit} of its request slots stayed taken for {wait:g} s.",
+                f"{backend}: all {limit} of its request slots are taken, or other "
+                "conversations' turn.",
                 backend=backend,
-                wait=wait,
+                wait=settings.CONTINUITY_OPENAI_REQUEST_TIMEOUT,
+                limit=limit,
             )
         yield
 
@@ -412,7 +431,7 @@ def steps_run(
     streamed = ReplyStream(run=run, stopped=stopped)
 
     def respond() -> dict:
-        with model_slot(brain, wait=settings.CONTINUITY_OPENAI_REQUEST_TIMEOUT, stopped=stopped):
+        with model_slot(brain, stopped=stopped, conversation_id=run.conversation_id):
             return streamed.collect(brain.respond(context, plan))
 
     replied = step(run, "respond", stopped, stored, respond, apply=streamed.store_rest)
@@ -463,7 +482,7 @@ def context_assemble(*, run: Run, message: Message, brain: Brain) -> Context:
         )
         summary = None
         if older:  # outside any transaction: it may be a slow model call
-            with model_slot(brain, wait=settings.CONTINUITY_OPENAI_REQUEST_TIMEOUT):
+            with model_slot(brain, conversation_id=run.conversation_id):
                 summary = summary_bounded(
                     brain.summarize(turns_of(older), context.summary),
                     limit=summary_room(context=context, older=older, budget=budget),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import secrets
 import threading
 import uuid
+from unittest.mock import patch
 
 import pytest
 from django.db import connection
@@ -20,6 +21,7 @@ from django.urls import reverse
 from chat.brains.openai import OpenAIBrain
 from chat.branch_views import CONTINUE_TEXT
 from continuity.context.tokens import context_budget, tokens_estimate
+from continuity.delivery import processing
 from continuity.delivery.backends import (
     backend_down,
     backend_misconfigured,
@@ -442,16 +444,90 @@ def test_a_concurrency_limit_queues_conversations_instead_of_interrupting_them(s
         finally:
             connection.close()
 
-    drains = [threading.Thread(target=drain, args=(chat.pk,)) for chat in chats]
-    for thread in drains:
-        thread.start()
-    for thread in drains:
-        thread.join(timeout=60)
+    # Drains side by side, as workers run them; each conversation given back is sent another
+    # drain when its turn comes, run here as a worker would.
+    for _ in range(10):
+        waiting = [q.conversation_id for q in questions if not Message.objects.filter(reply_to=q)]
+        drains = [threading.Thread(target=drain, args=(pk,)) for pk in waiting]
+        for thread in drains:
+            thread.start()
+        for thread in drains:
+            thread.join(timeout=60)
+        if not waiting:
+            break
 
     assert server.most_active == 1  # replies and titles, one at a time
     for question in questions:
         assert Message.objects.get(reply_to=question).text == reply_to(question.text)
     assert len(server.streamed()) == 3
+    assert not Run.objects.filter(state__in=["failed", "crashed"]).exists()
+
+
+def waiting_for(*chats: Conversation) -> list[str]:
+    return [Conversation.objects.get(pk=chat.pk).waiting_for for chat in chats]
+
+
+def test_conversations_that_find_the_server_busy_are_answered_in_turn(
+    server, settings, monkeypatch
+):
+    settings.CONTINUITY_OPENAI_CONCURRENCY = 1
+    monkeypatch.setattr(processing, "TITLE_SLOT_WAIT_SECONDS", 0)  # answers first
+    server.start(port=server.port)
+    first, second, third, late = (openai_conversation(UserFactory()) for _ in range(4))
+    questions = {chat.pk: send(chat, f"Question {chat.pk}") for chat in (first, second, third)}
+    backend = f"openai http://127.0.0.1:{server.port}/v1"
+
+    with backend_slot(backend, limit=1) as held:  # another worker's reply holds the one slot
+        assert held
+        for chat in (first, second, third):
+            # Given back at once, while the slot is still held: no process waits for it.
+            drain_conversation(conversation_id=chat.pk)
+            assert Run.objects.get(conversation=chat).state == "interrupted"
+    # The freed slot is the queue's first's: only it goes on.
+    assert waiting_for(first, second, third) == ["", "model_busy", "model_busy"]
+    questions[late.pk] = send(late, "Me first?")
+    drain_conversation(conversation_id=late.pk)  # the slot is free, but it is first's turn
+    assert waiting_for(late) == ["model_busy"]
+
+    answered = []
+    for _ in range(8):  # each drain a freed slot sends, run as a worker would
+        for chat in (first, second, third, late):
+            if waiting_for(chat) == [""] and chat.pk not in answered:
+                drain_conversation(conversation_id=chat.pk)
+                if Message.objects.filter(reply_to=questions[chat.pk]).exists():
+                    answered.append(chat.pk)
+    assert answered == [first.pk, second.pk, third.pk, late.pk]
+    assert server.most_active == 1
+    assert all(Run.objects.filter(conversation=chat).count() == 2 for chat in (second, third))
+
+
+def test_a_busy_give_back_committed_after_the_slot_was_freed_goes_on_at_once(server, settings):
+    settings.CONTINUITY_OPENAI_CONCURRENCY = 1
+    server.start(port=server.port)
+    chat = openai_conversation(UserFactory())
+    question = send(chat, "Are you free now?")
+    backend = f"openai http://127.0.0.1:{server.port}/v1"
+    freed = threading.Event()
+    slot = backend_slot(backend, limit=1)
+    assert slot.__enter__()  # another worker's reply
+    end = processing.attempt_end_recorded
+
+    def ended_after_the_release(run, stopped, **ended):
+        # The other reply ends between this attempt's failed take and its give-back's commit:
+        # the release finds no conversation waiting in the database yet.
+        slot.__exit__(None, None, None)
+        freed.set()
+        return end(run, stopped, **ended)
+
+    with patch.object(processing, "attempt_end_recorded", ended_after_the_release):
+        drain_conversation(conversation_id=chat.pk)
+
+    assert freed.is_set()
+    assert Run.objects.get(message=question).state == "interrupted"
+    chat.refresh_from_db()
+    assert (chat.waiting_for, chat.retry_at) == ("", None)  # not its whole fallback wait
+    drain_conversation(conversation_id=chat.pk)
+    assert Message.objects.get(reply_to=question).text == reply_to(question.text)
 
 
 def test_a_model_its_server_does_not_have_is_said_once_on_the_console(server, settings):
@@ -534,36 +610,30 @@ def test_a_prompt_the_server_refuses_as_too_long_is_compacted_then_answered(sett
 
 def test_a_server_whose_slots_stay_taken_is_busy_not_failing(server, settings):
     settings.CONTINUITY_OPENAI_CONCURRENCY = 1
-    settings.CONTINUITY_OPENAI_REQUEST_TIMEOUT = 0.5  # how long a reply waits for a slot
     server.start(port=server.port)
     chat = openai_conversation(UserFactory())
     question = send(chat, "Are you free?")
     backend = f"openai http://127.0.0.1:{server.port}/v1"
 
-    with backend_slot(backend, limit=1, wait=1) as held:  # another worker's reply
+    with backend_slot(backend, limit=1) as held:  # another worker's reply
         assert held
         drain_conversation(conversation_id=chat.pk)
 
-    run = Run.objects.get(message=question)
-    assert run.state == "interrupted" and run.error.startswith("Model server busy: ")
-    question.refresh_from_db()
-    # Given back uncounted, and no failure of the server counted: it was answering.
-    assert (question.state, question.attempts, question.interruptions) == ("queued", 0, 0)
-    assert backend_down(backend) is None
-    chat.refresh_from_db()
-    assert chat.waiting_for == "model_busy" and chat.retry_at is not None
-    page = Client()
-    page.force_login(chat.owner)
-    shown = page.get(reverse("chat:conversation", args=[chat.pk])).content.decode()
-    assert "The model server is busy with other conversations; your message is next in line." in (
-        shown
-    )
-    assert "isn&#x27;t answering" not in shown
+        run = Run.objects.get(message=question)
+        assert run.state == "interrupted" and run.error.startswith("Model server busy: ")
+        question.refresh_from_db()
+        # Given back uncounted, and no failure of the server counted: it was answering.
+        assert (question.state, question.attempts, question.interruptions) == ("queued", 0, 0)
+        assert backend_down(backend) is None
+        chat.refresh_from_db()
+        assert chat.waiting_for == "model_busy" and chat.retry_at is not None
+        page = Client()
+        page.force_login(chat.owner)
+        shown = page.get(reverse("chat:conversation", args=[chat.pk])).content.decode()
+        assert "The model server is busy with other conversations; your message" in shown
+        assert "isn&#x27;t answering" not in shown
 
-    # The server's next answer, to another conversation, frees a slot: the wait ends at once.
-    other = openai_conversation(UserFactory())
-    send(other, "Me first.")
-    drain_conversation(conversation_id=other.pk)
+    # The other reply ends and frees its slot: this conversation's turn, at once.
     chat.refresh_from_db()
     assert (chat.waiting_for, chat.retry_at) == ("", None)
     drain_conversation(conversation_id=chat.pk)
