@@ -11,9 +11,11 @@ import json
 import logging
 import random
 import threading
+from contextlib import suppress
 from importlib import import_module
 from types import SimpleNamespace
 
+import redis
 from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
@@ -40,6 +42,11 @@ MAX_FRAME_CHARS = 32 * 1024
 SESSION_ENDED = 4401
 CONVERSATION_DELETED = 4404
 SERVER_ERROR = 1011  # the page reconnects and catches up
+# The channel layer's Redis is away (a restart, a failover): come back shortly, and catch up.
+# HTTP's 503 in the application range: daphne's websocket library lets a server send only 1000
+# or 3000-4999, so the standard 1012 (restart) and 1013 (try again later) cannot be sent.
+TRY_AGAIN_LATER = 4503
+LAYER_DOWN = (redis.RedisError, OSError)
 SYNC_FORMAT = 'Expected {"type": "sync", "after": <id>, "pending": [<id>, ...]}.'
 
 
@@ -53,6 +60,7 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
     groups_joined: tuple[str, ...] = ()
     renderer: asyncio.Task | None = None
     rejoiner: asyncio.Task | None = None
+    accepted = False
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -65,6 +73,26 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
         # Chunks of the messages being rendered: that rendering may have read the database
         # before they were stored, so they follow it.
         self.held_chunks: list[dict] = []
+
+    async def __call__(self, scope, receive, send) -> None:
+        """A channel layer that cannot reach its Redis (joining the groups, or waiting for the
+        next event) ends the socket with "try again later", not as a failure of the server: an
+        application error would close an open socket with 1011, and answer a handshake with
+        HTTP 500. The page reconnects, and catches up by its sync."""
+        try:
+            await super().__call__(scope, receive, send)
+        except LAYER_DOWN as exc:
+            logger.warning(
+                "Socket closed, to come back: the channel layer is unavailable (%r)", exc
+            )
+            with suppress(Exception):  # the client may have gone already
+                if not self.accepted:  # a close code needs an open socket
+                    await send({"type": "websocket.accept"})
+                await send({"type": "websocket.close", "code": TRY_AGAIN_LATER})
+
+    async def accept(self, subprotocol=None, headers=None) -> None:
+        await super().accept(subprotocol, headers)
+        self.accepted = True
 
     async def dispatch(self, message: dict) -> None:
         """Channels' dispatch without its turn in the database thread before every message (to

@@ -15,6 +15,8 @@ from websockets.sync.client import connect
 
 from continuity.delivery.inbox import message_accept
 from tests.helpers.factories import ConversationFactory, UserFactory
+from tests.helpers.redis_server import session_redis_server
+from tests.helpers.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -144,3 +146,35 @@ def database_sessions(application_name: str) -> int:
             [application_name],
         )
         return cursor.fetchone()[0]
+
+
+def test_a_redis_outage_closes_sockets_to_come_back_and_answers_no_handshake_with_an_error(web):
+    owner = UserFactory()
+    conversation = ConversationFactory(owner=owner)
+    path, cookie = f"/ws/c/{conversation.pk}/", session_cookie(owner)
+    redis_server = session_redis_server()
+    try:
+        with open_socket(web, path, cookie) as socket:
+            redis_server.stop()
+            with pytest.raises(ConnectionClosed) as closed:
+                socket.recv(timeout=20)
+        assert closed.value.rcvd.code == 4503  # try again later, not 1011: nothing failed here
+
+        # While it is away, a page's reconnect is told the same, never answered HTTP 500.
+        with pytest.raises(ConnectionClosed) as refused, open_socket(web, path, cookie) as again:
+            again.recv(timeout=20)
+        assert refused.value.rcvd.code == 4503
+    finally:
+        redis_server.start()
+
+    def synced() -> bool:  # as the page reconnects: a pooled connection may fail once more
+        try:
+            with open_socket(web, path, cookie) as socket:
+                socket.send(json.dumps({"type": "sync", "after": 0, "pending": []}))
+                return json.loads(socket.recv(timeout=10))["type"] == "exchanges"
+        except ConnectionClosed as closed:
+            assert closed.rcvd.code == 4503
+            return False
+
+    wait_for(synced, timeout=20, what="a socket that catches up once Redis is back")
+    assert " 500 " not in web.log() and "Traceback" not in web.log()
