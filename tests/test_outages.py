@@ -216,6 +216,34 @@ def test_a_black_holed_database_connection_fails_within_seconds_as_an_outage(rel
     assert_promise_kept([message])
 
 
+def test_an_attempt_cut_by_a_failover_is_given_back_at_once_without_the_watchdog(processes):
+    """The database's connections are reset mid-reply and the next ones go through, as a
+    failover to a promoted standby leaves them. The worker that saw its connection die gives
+    its attempt back and sends the drain itself: no watchdog runs here to re-enqueue it."""
+    database = connection.settings_dict
+    relay = TcpRelay(("127.0.0.1", int(database["PORT"] or 5432))).start()
+    through_relay = f"postgres://{database['USER']}@{RELAY_HOST}:{relay.port}/{database['NAME']}"
+    try:
+        processes.add(
+            WorkerProcess(CONTINUITY_BUILTIN_TOKEN_DELAY="0.05", DATABASE_URL=through_relay)
+        )
+        message = message_accept(
+            conversation=ConversationFactory(), text=LONG_REPLY, client_id=uuid.uuid4()
+        )
+        run = wait_streaming(message)
+        relay.cut()
+        wait_finished([message], timeout=30)
+    finally:
+        relay.stop()
+
+    run.refresh_from_db()
+    assert run.state == "interrupted" and run.error.startswith("Database unavailable")
+    message.refresh_from_db()
+    assert (message.state, message.attempts, message.interruptions) == ("done", 1, 1)
+    assert not CrashRecord.objects.exists() and not DeadLetter.objects.exists()
+    assert_promise_kept([message])
+
+
 def test_a_lost_commit_acknowledgement_is_found_out_by_the_next_attempt(relayed):
     """The COMMIT that stores the reply's step reaches the server, which commits it, but its
     answer is lost and the worker's connection reset: the worker cannot know whether it

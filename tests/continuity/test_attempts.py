@@ -239,14 +239,23 @@ def test_a_planned_interruption_counts_apart_and_is_capped(conversation, setting
     assert "Interrupted 2 times" in DeadLetter.objects.get(message=message).reason
 
 
-def test_a_database_outage_gives_the_attempt_back_with_a_backoff(conversation):
+def test_a_database_outage_gives_the_attempt_back_at_once_then_with_a_backoff(conversation):
     message = send(conversation)
+    lost = "Database unavailable: OperationalError"
     run = begin(conversation)
-    attempt_end(run_id=run.pk, state="interrupted", error="Database unavailable: OperationalError")
+    attempt_end(run_id=run.pk, state="interrupted", error=lost)
     message.refresh_from_db()
     assert (message.state, message.attempts, message.interruptions) == ("queued", 0, 1)
     assert not CrashRecord.objects.exists()
+    # Written to the database, so it is back: no settling wait the first time.
+    conversation.refresh_from_db()
+    assert (conversation.retry_at, conversation.waiting_for) == (None, "")
+
+    # A database that keeps going away is given time to settle.
+    attempt_end(run_id=begin(conversation).pk, state="interrupted", error=lost)
     assert retry_wait(conversation) == pytest.approx(timedelta(seconds=5), abs=timedelta(seconds=2))
+    conversation.refresh_from_db()
+    assert conversation.waiting_for == "database"
 
 
 @pytest.mark.postgresql("reads PostgreSQL's query plans")

@@ -63,6 +63,16 @@ class TcpRelay:
         self.thread.start()
         return self
 
+    def cut(self) -> None:
+        """Reset every connection open now, as a primary that dies and a standby promoted in
+        its place leave them: the next connections go through."""
+        cut, self.sockets = self.sockets, []
+        for each in cut:
+            each.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            with contextlib.suppress(OSError):
+                each.shutdown(socket.SHUT_RDWR)
+            each.close()
+
     def accept_loop(self) -> None:
         for client in accepted(self.listener):
             try:
