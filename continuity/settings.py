@@ -393,6 +393,11 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_LOST_WAIT = env_float("CELERY_WORKER_LOST_WAIT", 0.1)
 # Celery's prefork pool, checking on its processes every 0.25 s instead of every 5 s.
 CELERY_WORKER_POOL = "continuity.delivery.worker_pool:TaskPool"
+# Celery's consumer, asking for a broker that went away again every second at most; for ever,
+# as a supervisor would start it again anyway (Celery's 100 tries were 45 minutes on its own
+# ladder of waits, and would be under two on this one).
+CELERY_WORKER_CONSUMER = "continuity.delivery.worker_consumer:Consumer"
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SOFT_TIME_LIMIT = env_float("CELERY_TASK_SOFT_TIME_LIMIT", 300)

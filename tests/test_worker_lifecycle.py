@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import uuid
 
@@ -14,9 +15,12 @@ from tests.helpers.outages import terminate_other_connections
 from tests.helpers.postgres import another_session
 from tests.helpers.processes import WorkerProcess
 from tests.helpers.promise import LONG_REPLY, assert_promise_kept, run_states, wait_finished
+from tests.helpers.redis_server import session_redis_server
 from tests.helpers.waiting import wait_for, wait_streaming
 
 pytestmark = [pytest.mark.fault, pytest.mark.django_db(transaction=True)]
+# Celery's line for each try to reach the broker: "Trying again in 0.50 seconds... (1/100)".
+RETRY_WAIT = re.compile(r"Trying again in ([\d.]+) seconds?")
 SLOW = {"CONTINUITY_BUILTIN_TOKEN_DELAY": "0.05"}
 
 
@@ -62,3 +66,27 @@ def test_a_worker_records_its_stop_after_its_connection_was_lost(processes):
     worker.signal(signal.SIGTERM)
     worker.popen.wait(timeout=30)
     assert Worker.objects.get(name=worker.node).stopped_at is not None
+
+
+def test_a_worker_asks_for_its_broker_again_every_second_while_it_is_away(processes):
+    """Celery's own reconnect ladder waits 2 s, then 4 s, 6 s…: a broker back (or a Sentinel's
+    promoted replica named) just after a try was found only at the next one, seconds later."""
+    worker = processes.add(WorkerProcess())
+    redis_server = session_redis_server()
+    redis_server.stop()
+    try:
+        wait_for(
+            lambda: len(RETRY_WAIT.findall(worker.log())) >= 5,
+            timeout=30,
+            what="five tries to reach the broker",
+        )
+    finally:
+        redis_server.start()
+    message = message_accept(
+        conversation=ConversationFactory(), text="Back?", client_id=uuid.uuid4()
+    )
+    wait_finished([message], timeout=30)
+
+    waits = [float(seconds) for seconds in RETRY_WAIT.findall(worker.log())]
+    assert waits and max(waits) <= 1.0, waits
+    assert_promise_kept([message])
