@@ -454,7 +454,7 @@ class MessageAdmin(admin.ModelAdmin):
     # (moderation), and correct a failed one through its dead letter's edit and retry.
     readonly_fields = ["conversation", "role", "text", "state", "attempts", "interruptions",
                        "version", "client_id", "reply_to", "reasked_from", "version_of",
-                       "hidden_with", "author", "created_at", "updated_at",
+                       "hidden_with", "forgotten_at", "author", "created_at", "updated_at",
                        "related"]  # fmt: skip
 
     def has_add_permission(self, request):
@@ -911,8 +911,8 @@ class HandoffAdmin(VersionedAdmin):
     list_display = ["__str__", "conversation", "version", "reason", "author", "created_at"]
     list_filter = ["reason"]
     search_fields = ["current_state", "next_steps", "conversation__title"]
-    fields = ["conversation", "version", "reason", "author", "run", "created_at", "rendered",
-              "tools"]  # fmt: skip
+    fields = ["conversation", "version", "reason", "author", "run", "at_message", "based_on",
+              "created_at", "rendered", "tools"]  # fmt: skip
     readonly_fields = fields
 
     class Media:
