@@ -1,9 +1,19 @@
 """How the tests are laid out: what they share is in tests/helpers, and no test module imports
-another (import-linter's wildcards cannot name "every module called test_*")."""
+another (import-linter's wildcards cannot name "every module called test_*"); and how the
+history reads: commit subjects of at most 72 characters (docs/contributing.md)."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+from pathlib import Path
+
 import grimp
+import pytest
+
+# The last commit before the rule: earlier subjects are as long as they were written.
+SUBJECTS_RULED_AFTER = "0ce11ba"
+SUBJECT_MOST = 72
 
 
 def is_test_module(name: str) -> bool:
@@ -20,3 +30,18 @@ def test_no_test_module_imports_another():
         if is_test_module(other)
     }
     assert not imported, sorted(imported)
+
+
+def test_commit_subjects_since_the_rule_are_at_most_72_characters():
+    top = Path(__file__).resolve().parents[1]
+    if shutil.which("git") is None or not (top / ".git").exists():
+        pytest.skip("not a git checkout (an unpacked release): there is no history to read")
+    subjects = subprocess.run(
+        ["git", "log", "--no-merges", "--format=%h %s", f"{SUBJECTS_RULED_AFTER}..HEAD"],
+        cwd=top,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    too_long = [line for line in subjects if len(line.split(" ", 1)[1]) > SUBJECT_MOST]
+    assert not too_long, too_long
