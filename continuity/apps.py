@@ -6,4 +6,4 @@ class ContinuityConfig(AppConfig):
     verbose_name = "Continuity engine"
 
     def ready(self) -> None:
-        from .delivery import worker_signals  # noqa: F401  (connects Celery worker lifecycle handlers)
+        from .worker import signals  # noqa: F401  (connects Celery worker lifecycle handlers)

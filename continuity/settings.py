@@ -380,7 +380,7 @@ CONTINUITY_PAGE_RESYNC_SECONDS = env_float("CONTINUITY_PAGE_RESYNC_SECONDS", 15)
 # database watchdog, not the broker, drives fast recovery (docs/architecture.md).
 CELERY_BROKER_URL = REDIS_BROKER_URL
 # A redis:// broker goes through kombu's Redis transport with one client per channel
-# (continuity/delivery/broker.py). Naming a transport overrides the URL's scheme, so any other
+# (continuity/worker/broker.py). Naming a transport overrides the URL's scheme, so any other
 # (rediss:// and its TLS, sentinel://) keeps the one kombu picks for it.
 if CELERY_BROKER_URL.startswith("redis://"):
     CELERY_BROKER_TRANSPORT = "continuity-redis"
@@ -389,14 +389,14 @@ CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CONTINUITY_QUEUE", "celery")
 CELERY_TASK_ACKS_LATE = True
 # How long the main process waits for the result of a job whose pool process died before it
 # fails the job with WorkerLostError (Celery's default: 10 s). No result is ever kept here, and
-# the failure is what ends the dead process's attempt at once (continuity/delivery/pool.py).
+# the failure is what ends the dead process's attempt at once (continuity/worker/pool.py).
 CELERY_WORKER_LOST_WAIT = env_float("CELERY_WORKER_LOST_WAIT", 0.1)
 # Celery's prefork pool, checking on its processes every 0.25 s instead of every 5 s.
-CELERY_WORKER_POOL = "continuity.delivery.worker_pool:TaskPool"
+CELERY_WORKER_POOL = "continuity.worker.prefork:TaskPool"
 # Celery's consumer, asking for a broker that went away again every second at most; for ever,
 # as a supervisor would start it again anyway (Celery's 100 tries were 45 minutes on its own
 # ladder of waits, and would be under two on this one).
-CELERY_WORKER_CONSUMER = "continuity.delivery.worker_consumer:Consumer"
+CELERY_WORKER_CONSUMER = "continuity.worker.consumer:Consumer"
 CELERY_BROKER_CONNECTION_MAX_RETRIES = None
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
@@ -426,14 +426,14 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_RESULT_BACKEND_THREAD_SAFE = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_WORKER_SEND_TASK_EVENTS = False
-# Staff may restart a worker's pool from the console (delivery/worker_control.py): each process
+# Staff may restart a worker's pool from the console (worker/control.py): each process
 # ends after its current attempt and a fresh one takes its place.
 CELERY_WORKER_POOL_RESTARTS = True
 # Celery's Django fixup closes every database connection before and after each task (it no
 # longer honours CONN_MAX_AGE): a fresh connection per message cost 6 ms, and the hot path's
 # prepared statements with it. With this set, it closes them only every this many tasks; the
 # worker instead checks its connections around each task as Django does around a request
-# (worker_signals: CONN_MAX_AGE, and a health check after an error or a database restart).
+# (worker/signals.py: CONN_MAX_AGE, and a health check after an error or a database restart).
 CELERY_DB_REUSE_MAX = env_int("CELERY_DB_REUSE_MAX", 1000)
 
 # Continuity engine.
@@ -508,7 +508,7 @@ CONTINUITY_IDENTITY = os.environ.get(
 )
 CONTINUITY_MAX_ATTEMPTS = env_int("CONTINUITY_MAX_ATTEMPTS", 3)
 # A whole worker or host lost is found within 2 beats and a sweep (about 3 s); a pool process
-# that dies is acted on by its worker at once (continuity/delivery/pool.py).
+# that dies is acted on by its worker at once (continuity/worker/pool.py).
 CONTINUITY_HEARTBEAT_SECONDS = env_float("CONTINUITY_HEARTBEAT_SECONDS", 1)
 CONTINUITY_STREAM_FLUSH_SECONDS = env_float("CONTINUITY_STREAM_FLUSH_SECONDS", 0.1)
 CONTINUITY_CRASH_BACKOFF_SECONDS = [

@@ -9,14 +9,14 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods
 
-from continuity.delivery.worker_control import (
+from continuity.models import StaffAction, Worker
+from continuity.worker import (
     COMMANDS,
     BrokerUnavailable,
     CommandRefused,
     pools_of,
     worker_command,
 )
-from continuity.models import StaffAction, Worker
 
 from . import selectors
 from .decorators import staff_required

@@ -11,14 +11,14 @@ from django.utils import timezone
 
 from continuity.celery import app as celery_app
 from continuity.delivery.inbox import message_accept
-from continuity.delivery.worker_control import (
+from continuity.models import CrashRecord, Handoff, StaffAction, Worker
+from continuity.worker import (
     BrokerUnavailable,
     CommandRefused,
     Pool,
     pools_of,
     worker_command,
 )
-from continuity.models import CrashRecord, Handoff, StaffAction, Worker
 from tests.helpers.factories import ConversationFactory, UserFactory
 from tests.helpers.processes import WorkerProcess
 from tests.helpers.promise import LONG_REPLY, assert_promise_kept, run_states, wait_finished

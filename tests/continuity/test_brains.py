@@ -12,14 +12,14 @@ from celery.signals import worker_init
 from django.conf import settings
 
 from continuity.brains import brains_import
-from continuity.delivery import worker_signals
+from continuity.worker import signals as worker_signals
 
 pytestmark = pytest.mark.django_db  # the session fixture that ends leftover sessions needs it
 
 PROBE = """
 import sys, django
 django.setup()
-from continuity.delivery.worker_signals import on_worker_init
+from continuity.worker.signals import on_worker_init
 on_worker_init(sender=None)
 print(sorted(name for name in sys.modules if name.startswith("chat.brains")))
 """
@@ -71,7 +71,7 @@ def test_a_process_makes_each_brain_once_and_again_after_its_settings_change(set
 WARMED_PROBE = """
 import os, sys, django
 django.setup()
-from continuity.delivery.worker_signals import on_worker_init
+from continuity.worker.signals import on_worker_init
 from devtools.fake_model import FakeOpenAI
 on_worker_init(sender=None)
 fake = FakeOpenAI(delay=0).start()

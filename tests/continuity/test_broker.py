@@ -10,7 +10,7 @@ import redis
 from django.conf import settings
 
 from continuity import celery_app
-from continuity.delivery import broker
+from continuity.worker import broker
 
 TASK = "continuity.tests.never_run"
 
@@ -44,7 +44,7 @@ def test_a_broker_channel_shares_one_redis_client_until_kombu_replaces_its_pool(
 @pytest.mark.parametrize(
     ("url", "transport", "tls"),
     [
-        ("redis://127.0.0.1:6379/0", "continuity.delivery.broker.Transport", False),
+        ("redis://127.0.0.1:6379/0", "continuity.worker.broker.Transport", False),
         # Naming a transport would override the scheme, and with it TLS.
         ("rediss://:secret@redis.example:6380/0", "kombu.transport.redis.Transport", True),
     ],
@@ -72,3 +72,13 @@ connection = celery_app.connection_for_write()
 transport = type(connection.transport)
 print(f"{transport.__module__}.{transport.__qualname__}", bool(connection.ssl))
 """
+
+
+def test_the_drain_task_keeps_its_name_so_drains_queued_by_an_earlier_release_run():
+    """Drains in the broker's queue name their task: one sent by the release before a deploy
+    (when the task lived in continuity.delivery.tasks) is run by this release's worker."""
+    from continuity.delivery.inbox import DRAIN_TASK
+    from continuity.worker import tasks  # as the worker's autodiscovery imports it
+
+    assert DRAIN_TASK == tasks.drain_conversation.name == "continuity.drain_conversation"
+    assert celery_app.tasks[DRAIN_TASK].run.__module__ == "continuity.worker.tasks"

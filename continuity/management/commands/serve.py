@@ -28,7 +28,7 @@ SHARED_QUEUE = "continuity"
 # Every program is restarted when it exits, however it exits: a SIGKILLed worker must come back
 # without taking the web server down. Each runs in its own process group; killasgroup SIGKILLs
 # what is left of it (a worker's pool children too) after stopwaitsecs, which for workers exceeds
-# their shutdown handoff (delivery.worker_signals.SHUTDOWN_HANDOFF_SECONDS, 15 s). A worker's
+# their shutdown handoff (worker.signals.SHUTDOWN_HANDOFF_SECONDS, 15 s). A worker's
 # SIGTERM goes to its main process only (as systemd's KillMode=mixed): sent to the whole group it
 # would kill the pool children under the handoff, or make a starting worker exit with
 # WorkerLostError('Could not start worker processes').

@@ -18,13 +18,18 @@ from celery.signals import (
 from django.db import DatabaseError, InterfaceError, close_old_connections, connection
 
 from ..brains import brains_import
+from ..delivery.backends import backends_check
+from ..delivery.heartbeats import WorkerHeartbeat
+from ..delivery.inbox import drain_received
+from ..delivery.watchdog import runs_interrupt, worker_start_scan
+from ..delivery.workers import (
+    incarnation_begin,
+    worker_announce,
+    worker_stopped,
+    worker_stopping_mark,
+)
 from ..live.events import publisher_flush
-from .backends import backends_check
-from .heartbeats import WorkerHeartbeat
-from .inbox import drain_received
-from .watchdog import runs_interrupt, worker_start_scan
-from .worker_control import continuity_shutdown  # noqa: F401  (registers the control command)
-from .workers import incarnation_begin, worker_announce, worker_stopped, worker_stopping_mark
+from .control import continuity_shutdown  # noqa: F401  (registers the control command)
 
 logger = logging.getLogger(__name__)
 SHUTDOWN_HANDOFF_SECONDS = 15

@@ -1,7 +1,7 @@
 """Staff's controls over worker nodes, through Celery's remote control as Flower uses it: read
 each pool's size, grow, shrink or restart it, and shut a worker down gracefully.
 
-A graceful shutdown takes the path of a SIGTERM (`worker_signals.on_worker_shutting_down`):
+A graceful shutdown takes the path of a SIGTERM (`signals.on_worker_shutting_down`):
 no attempt begins on the node any more, the running ones are handed over with a "planned
 shutdown" handoff, and the worker exits once its pool is idle. Celery's own `shutdown` command
 skips that handover, so the worker registers `continuity_shutdown` below.
@@ -21,8 +21,8 @@ from kombu.exceptions import OperationalError
 
 from continuity.celery import app as celery_app
 
+from ..delivery.audit import staff_action_record
 from ..models import StaffAction, Worker
-from .audit import staff_action_record
 
 logger = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ and pause apply as for any crash), and the conversation's next drain is sent whe
 ends rather than at a later sweep.
 
 Celery's pool checks on its processes every 5 s, so a death could go unacted on for that long:
-the worker's pool (`worker_pool.py`) checks every 0.25 s.
+the worker's pool (`prefork.py`) checks every 0.25 s.
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ from django.db import DatabaseError, InterfaceError, connection
 from django.db.models import F, Max
 from django.db.models.functions import Now
 
+from ..delivery.attempts.failures import runs_reap
+from ..delivery.inbox import conversation_enqueue
+from ..delivery.workers import current_incarnation
 from ..models import Conversation, CrashRecord, Run
-from .attempts.failures import runs_reap
-from .inbox import conversation_enqueue
-from .workers import current_incarnation
 
 logger = logging.getLogger(__name__)
 
