@@ -11,8 +11,8 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
-from continuity.delivery.branches import message_edit, reply_regenerate, version_show
-from continuity.delivery.inbox import message_accept
+from continuity.actions import message_edit, reply_regenerate, version_show
+from continuity.delivery import message_accept
 from continuity.errors import ClientIdReused, InvalidMessage, InvalidTransition
 from continuity.models import Message
 from continuity.selectors import exchanges_page

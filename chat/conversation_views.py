@@ -15,7 +15,7 @@ from django.utils.text import slugify
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from continuity.delivery.conversations import (
+from continuity.actions import (
     conversation_archive,
     conversation_brain_set,
     conversation_delete,

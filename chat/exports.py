@@ -6,7 +6,7 @@ import functools
 from datetime import datetime
 from zoneinfo import ZoneInfo, available_timezones
 
-from continuity.delivery.takeover import support_name
+from continuity.actions import support_name
 from continuity.models import Conversation, Message
 
 from .rendering import markdown_closed

@@ -5,7 +5,7 @@ import uuid
 from django import forms
 
 from continuity.brains import brain_choices
-from continuity.delivery.inbox import message_clean_text
+from continuity.delivery import message_clean_text
 from continuity.errors import InvalidMessage
 
 

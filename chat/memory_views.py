@@ -11,7 +11,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import push_url
 
-from continuity.context import memory as facts
+from continuity.context import memory_fact_forget, memory_fact_revise, memory_facts_of
 
 from .forms import MemoryFactForm
 from .rendering import FACT_LABELS, fact_label
@@ -29,7 +29,7 @@ def fact_rows(request: HttpRequest, *, invalid=None, invalid_form=None) -> list[
             if fact == invalid
             else MemoryFactForm(initial={"value": fact.value}, auto_id=f"fact-{fact.pk}-%s"),
         }
-        for fact in sorted(facts.memory_facts_of(request.user), key=shown_order)
+        for fact in sorted(memory_facts_of(request.user), key=shown_order)
     ]
 
 
@@ -69,7 +69,7 @@ def memory_view(request: HttpRequest) -> HttpResponse:
 @login_required
 def memory_fact_forget_view(request: HttpRequest, pk: int) -> HttpResponse:
     """Asks before forgetting: the same page, with a confirmation in place of the fact."""
-    fact = get_object_or_404(facts.memory_facts_of(request.user), pk=pk)
+    fact = get_object_or_404(memory_facts_of(request.user), pk=pk)
     return memory_page(request, rows=fact_rows(request), confirm=fact)
 
 
@@ -77,12 +77,12 @@ def memory_fact_forget_view(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 @login_required_or_401
 def memory_fact_edit_view(request: HttpRequest, pk: int) -> HttpResponse:
-    fact = get_object_or_404(facts.memory_facts_of(request.user), pk=pk)
+    fact = get_object_or_404(memory_facts_of(request.user), pk=pk)
     form = MemoryFactForm(request.POST, auto_id=f"fact-{fact.pk}-%s")
     if not form.is_valid():
         rows = fact_rows(request, invalid=fact, invalid_form=form)
         return memory_page(request, rows=rows, status=422)
-    facts.memory_fact_revise(fact=fact, value=form.cleaned_data["value"])
+    memory_fact_revise(fact=fact, value=form.cleaned_data["value"])
     return memory_done(request, "Saved. I'll use the new wording from your next message on.")
 
 
@@ -90,6 +90,6 @@ def memory_fact_edit_view(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 @login_required_or_401
 def memory_fact_delete_view(request: HttpRequest, pk: int) -> HttpResponse:
-    fact = get_object_or_404(facts.memory_facts_of(request.user), pk=pk)
-    facts.memory_fact_forget(fact=fact)
+    fact = get_object_or_404(memory_facts_of(request.user), pk=pk)
+    memory_fact_forget(fact=fact)
     return memory_done(request, "Forgotten. I won't use it in any conversation.")

@@ -14,7 +14,7 @@ from django.urls import reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
-from continuity.context.handoffs import handoff_correct, handoff_forget_line, handoff_latest
+from continuity.context import handoff_correct, handoff_forget_line, handoff_latest
 from continuity.models import Conversation, sections_lines
 
 from .brains.builtin import WORKING_ON

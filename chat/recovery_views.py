@@ -12,9 +12,7 @@ from django.utils.safestring import mark_safe
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
-from continuity.context.assembly import context_text, run_context_load
-from continuity.context.handoffs import handoff_correct
-from continuity.context.recoveries import recovery_words
+from continuity.context import context_text, handoff_correct, recovery_words, run_context_load
 from continuity.models import Recovery, RunContext
 
 from .rendering import markdown_to_safe_html

@@ -18,12 +18,10 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect, trigger_client_event
 
-from continuity.context.tokens import message_too_long
+from continuity.actions import conversation_retry_now, dead_letter_retry, reply_stop
+from continuity.context import message_too_long
 from continuity.database.outages import database_unreachable
-from continuity.delivery.attempts.finish import reply_stop
-from continuity.delivery.conversations import conversation_retry_now
-from continuity.delivery.dead_letters import dead_letter_retry
-from continuity.delivery.inbox import conversation_start, message_accept
+from continuity.delivery import conversation_start, message_accept
 from continuity.errors import ClientIdReused, InvalidTransition
 from continuity.models import Conversation, DeadLetter, Message
 from continuity.selectors import (

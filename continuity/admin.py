@@ -23,13 +23,23 @@ from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 from django.utils.text import Truncator
 
-from .context.assembly import run_context_text, summary_latest
-from .context.compaction import summary_revise
-from .context.handoffs import SECTIONS, handoff_latest, handoff_sections, handoff_write
-from .context.versions import versions_diff
-from .delivery.alerts import alert_acknowledge
-from .delivery.conversations import conversations_resume
-from .delivery.dead_letters import dead_letters_discard, dead_letters_retry
+from continuity.actions import (
+    alert_acknowledge,
+    conversations_resume,
+    dead_letters_discard,
+    dead_letters_retry,
+)
+from continuity.context import (
+    SECTIONS,
+    handoff_latest,
+    handoff_sections,
+    handoff_write,
+    run_context_text,
+    summary_latest,
+    summary_revise,
+    versions_diff,
+)
+
 from .errors import InvalidTransition
 from .models import (
     Alert,

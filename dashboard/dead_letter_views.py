@@ -11,7 +11,7 @@ from django.urls import reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
-from continuity.delivery.dead_letters import (
+from continuity.actions import (
     dead_letter_discard,
     dead_letter_retry,
     dead_letters_discard,

@@ -11,7 +11,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
 from continuity.database.clock import database_now
-from continuity.delivery.history import BUCKET, Counts, History, bucket_start, history_spans
+from continuity.delivery import BUCKET, Counts, History, bucket_start, history_spans
 from continuity.words import plural
 
 from .charts import history_chart

@@ -29,7 +29,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
-from continuity.delivery.history import REPLY_BOUNDS_SECONDS, Counts, counts_ever
+from continuity.delivery import REPLY_BOUNDS_SECONDS, Counts, counts_ever
 from continuity.models import WAITING, Conversation, DeadLetter, Message, Run, Worker
 
 from .selectors import oldest_age, workers_live

@@ -30,9 +30,9 @@ from django.db.models.functions import Now, TruncHour
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from continuity.context.assembly import run_context_text
+from continuity.context import run_context_text
 from continuity.database.clock import db_now_plus
-from continuity.delivery.heartbeats import redis_client, stale_before
+from continuity.delivery import redis_client, stale_before
 from continuity.models import (
     Alert,
     Conversation,

@@ -1,11 +1,11 @@
 """What the conversation page needs to take a conversation over, answer in it, and hand it
-back (continuity/delivery/takeover.py)."""
+back (continuity/actions/takeover.py)."""
 
 from __future__ import annotations
 
 from django.db.models import Count, Max, Sum
 
-from continuity.delivery.takeover import waiting_for_support
+from continuity.actions import waiting_for_support
 from continuity.models import Conversation
 from continuity.selectors import exchanges_page
 

@@ -1,5 +1,5 @@
 """Take a conversation over, reply in it as support, hand it back: each a POST from the
-conversation's console page, audited (continuity/delivery/takeover.py)."""
+conversation's console page, audited (continuity/actions/takeover.py)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,7 @@ from django.urls import reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
-from continuity.delivery.takeover import (
-    conversation_hand_back,
-    conversation_take_over,
-    staff_reply,
-)
+from continuity.actions import conversation_hand_back, conversation_take_over, staff_reply
 from continuity.errors import InvalidTransition
 from continuity.models import Conversation
 

@@ -10,7 +10,7 @@ from datetime import datetime
 
 from django.db.models import Count, Max, Min, Q
 
-from continuity.context.recoveries import recovery_words
+from continuity.context import recovery_words
 from continuity.models import Checkpoint, Message, Recovery, ReplyChunk, Run, StaffAction
 from continuity.words import plural
 

@@ -11,13 +11,14 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from continuity.delivery.alerts import alert_acknowledge, alerts_reach_someone
-from continuity.delivery.attempts.finish import reply_stop
-from continuity.delivery.conversations import (
+from continuity.actions import (
+    alert_acknowledge,
     conversation_pause,
     conversation_resume,
     conversation_retry_now,
+    reply_stop,
 )
+from continuity.delivery import alerts_reach_someone
 from continuity.errors import InvalidTransition
 from continuity.models import Alert, Conversation, Message, Run
 

@@ -17,12 +17,11 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils import timezone
 
+from continuity.actions import alert_acknowledge, conversation_pause
 from continuity.context.compaction import summary_write
 from continuity.context.handoffs import handoff_latest
-from continuity.delivery.alerts import alert_acknowledge
 from continuity.delivery.attempts.failures import attempt_end
 from continuity.delivery.attempts.lease import attempt_begin
-from continuity.delivery.conversations import conversation_pause
 from continuity.delivery.inbox import message_accept
 from continuity.delivery.processing import drain_conversation
 from continuity.models import (

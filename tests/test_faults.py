@@ -19,10 +19,10 @@ import pytest
 import redis
 from django.conf import settings
 
+from continuity.actions import conversation_resume
 from continuity.context.assembly import run_context_text
 from continuity.context.recoveries import recovery_sentence
-from continuity.delivery.conversations import conversation_resume
-from continuity.delivery.inbox import drains_waiting
+from continuity.delivery.drains import drains_waiting
 from continuity.delivery.processing import drain_conversation
 from continuity.models import (
     Alert,

@@ -21,9 +21,8 @@ from django.conf import settings
 
 from chat.brains.builtin import BuiltinBrain, clip
 from continuity.brains import CUT_OFF, Context, Turn
-from continuity.context.assembly import context_tokens
-from continuity.context.tokens import tokens_estimate
-from continuity.delivery.backends import model_learn, model_learned
+from continuity.context import context_tokens, tokens_estimate
+from continuity.delivery import model_learn, model_learned
 from continuity.errors import BackendUnavailable, ContextTooLong, PermanentError
 from continuity.models import handoff_markdown
 

@@ -11,8 +11,8 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 
 from chat.rendering import fact_label, markdown_closed, markdown_plain, markdown_to_safe_html
-from continuity.delivery.alerts import alerts_reach_someone
-from continuity.delivery.takeover import support_name as takeover_support_name
+from continuity.actions import support_name as takeover_support_name
+from continuity.delivery import alerts_reach_someone
 
 register = template.Library()
 register.filter("fact_label", fact_label)

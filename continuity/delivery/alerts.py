@@ -1,4 +1,5 @@
-"""Alerts: their mail to ADMINS, delivered off the caller's path, and staff acknowledging them.
+"""Alerts: their mail to ADMINS, delivered off the caller's path. (Staff acknowledge them:
+`actions.alerts`.)
 
 Alerts are raised by the watchdog's sweep and by workers, and neither may wait on a mail server:
 one SMTP server that accepts the connection and never answers once froze the watchdog, and with
@@ -20,12 +21,6 @@ import threading
 
 from django.conf import settings
 from django.core.mail import mail_admins
-from django.db import transaction
-from django.utils import timezone
-
-from ..errors import InvalidTransition
-from ..models import Alert, StaffAction
-from .audit import staff_action_record
 
 logger = logging.getLogger(__name__)
 
@@ -111,19 +106,3 @@ def alerts_flush(timeout: float) -> bool:
 # its last alerts a short chance; a stop must not hang on a silent mail server either.
 EXIT_FLUSH_SECONDS = 5
 atexit.register(lambda: alerts_flush(EXIT_FLUSH_SECONDS))
-
-
-@transaction.atomic
-def alert_acknowledge(*, alert: Alert, by, reason: str = "") -> None:
-    """Mark an alert as seen by someone; the conversation itself is left as it is."""
-    if not Alert.objects.filter(pk=alert.pk, acknowledged_at=None).update(
-        acknowledged_at=timezone.now(), acknowledged_by=by
-    ):
-        raise InvalidTransition(f"Alert {alert.pk} was already acknowledged.")
-    staff_action_record(
-        kind=StaffAction.Kind.ACKNOWLEDGE,
-        by=by,
-        reason=reason,
-        alert=alert,
-        conversation_id=alert.conversation_id,
-    )

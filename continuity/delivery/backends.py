@@ -24,8 +24,8 @@ from ..brains import brain_class, brain_load
 from ..errors import AttemptStopped
 from ..live.events import publish_conversation_changed
 from ..models import Alert, Conversation
-from .heartbeats import redis_client
-from .inbox import conversation_enqueue
+from .drains import conversation_enqueue
+from .redis_client import redis_client
 
 logger = logging.getLogger(__name__)
 # A day: a server that failed once and was never tried again is forgotten.

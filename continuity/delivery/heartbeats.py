@@ -4,7 +4,6 @@ and mirror it on their database row. The row survives a Redis restart; the key a
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import os
 import threading
@@ -24,15 +23,10 @@ from django.db.models import ExpressionWrapper, QuerySet
 from django.db.models.functions import Now
 
 from ..database.clock import db_now_plus
-from ..live.events import redis_configured
 from ..models import Run, Worker
+from .redis_client import redis_client
 
 logger = logging.getLogger(__name__)
-
-
-@functools.cache
-def redis_client() -> redis.Redis:
-    return redis_configured(timeout=2, retries=True)
 
 
 def heartbeat_ttl() -> timedelta:

@@ -69,8 +69,9 @@ from .backends import (
     backend_queue_release,
     backend_slot,
 )
+from .drains import conversation_enqueue
 from .heartbeats import RunHeartbeat, outage_note
-from .inbox import conversation_enqueue, title_from_text
+from .inbox import title_from_text
 from .workers import attempt_key_write
 
 logger = logging.getLogger(__name__)

@@ -18,8 +18,9 @@ from ..database.clock import db_now_plus
 from ..models import Conversation, CrashRecord, Handoff, Run
 from .attempts.failures import attempt_end, each_guarded, runs_reap
 from .attempts.lease import pending_messages
-from .heartbeats import redis_client, stale_run_ids
-from .inbox import conversation_enqueue, drains_waiting
+from .drains import conversation_enqueue, drains_waiting
+from .heartbeats import stale_run_ids
+from .redis_client import redis_client
 from .workers import current_incarnation, process_gone
 
 logger = logging.getLogger(__name__)

@@ -27,7 +27,7 @@ from django.db.models import F, Max
 from django.db.models.functions import Now
 
 from ..delivery.attempts.failures import runs_reap
-from ..delivery.inbox import conversation_enqueue
+from ..delivery.drains import conversation_enqueue
 from ..delivery.workers import current_incarnation
 from ..models import Conversation, CrashRecord, Run
 

@@ -19,8 +19,8 @@ from django.db import DatabaseError, InterfaceError, close_old_connections, conn
 
 from ..brains import brains_import
 from ..delivery.backends import backends_check
+from ..delivery.drains import drain_received
 from ..delivery.heartbeats import WorkerHeartbeat
-from ..delivery.inbox import drain_received
 from ..delivery.watchdog import runs_interrupt, worker_start_scan
 from ..delivery.workers import (
     incarnation_begin,

@@ -15,7 +15,7 @@ from collections import Counter
 import redis
 from django.test.utils import override_settings
 
-from continuity.delivery.inbox import drain_marker_key, drain_received
+from continuity.delivery.drains import drain_marker_key, drain_received
 from continuity.delivery.processing import drain_conversation
 
 from .counting import Cost, RedisTally, cost_of

@@ -8,8 +8,8 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import Page
 
+from continuity.actions import dead_letter_retry
 from continuity.context.handoffs import handoff_write
-from continuity.delivery.dead_letters import dead_letter_retry
 from continuity.delivery.inbox import message_accept
 from continuity.models import Alert, Conversation, CrashRecord, Handoff, Message, Run
 from tests.helpers.browser import accessibility_violations, log_in

@@ -8,7 +8,7 @@ import re
 import pytest
 from playwright.sync_api import Page, expect
 
-from continuity.delivery.conversations import conversation_pause, conversation_resume
+from continuity.actions import conversation_pause, conversation_resume
 from continuity.models import Conversation
 from tests.helpers.browser import log_in, off_the_loop
 from tests.helpers.factories import UserFactory

@@ -9,7 +9,7 @@ import re
 import pytest
 from playwright.sync_api import Page, expect
 
-from continuity.delivery.branches import version_show
+from continuity.actions import version_show
 from continuity.models import Message, Run, RunContext
 from devtools.fake_model import FakeOpenAI, worker_settings
 from tests.helpers.browser import accessibility_violations, log_in, off_the_loop

@@ -10,7 +10,7 @@ from asgiref.sync import async_to_sync, sync_to_async
 from django.test import Client
 from django.urls import reverse
 
-from continuity.delivery.branches import message_edit
+from continuity.actions import message_edit
 from continuity.models import Message
 from tests.helpers.factories import ConversationFactory, MessageFactory, UserFactory
 from tests.helpers.messages import answered, store_reply

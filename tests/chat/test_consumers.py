@@ -366,7 +366,7 @@ def test_deleting_the_conversation_closes_its_open_sockets(owned, how):
     headers = session_headers(owner)
 
     def delete() -> None:
-        from continuity.delivery.conversations import conversation_delete
+        from continuity.actions import conversation_delete
         from continuity.models import Conversation
 
         if how == "deleted":

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from continuity.delivery.dead_letters import dead_letter_discard, dead_letter_retry
+from continuity.actions import dead_letter_discard, dead_letter_retry
 from tests.helpers.console import dead_letter_make
 from tests.helpers.factories import UserFactory
 

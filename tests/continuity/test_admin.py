@@ -10,11 +10,10 @@ from django.contrib import admin
 from django.contrib.auth.models import Permission
 from django.urls import reverse
 
+from continuity.actions import alert_acknowledge, conversation_pause
 from continuity.context.handoffs import handoff_write
-from continuity.delivery.alerts import alert_acknowledge
 from continuity.delivery.attempts.failures import attempt_end
 from continuity.delivery.attempts.lease import attempt_begin
-from continuity.delivery.conversations import conversation_pause
 from continuity.delivery.processing import drain_conversation
 from continuity.models import (
     Alert,

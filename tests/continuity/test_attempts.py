@@ -11,11 +11,11 @@ from django.db import transaction
 from django.db.models.functions import Now
 from django.utils import timezone
 
+from continuity.actions import conversation_resume
 from continuity.delivery.alerts import alerts_flush
 from continuity.delivery.attempts.failures import attempt_end, backoff_delay
 from continuity.delivery.attempts.lease import attempt_begin
-from continuity.delivery.conversations import conversation_resume
-from continuity.delivery.inbox import drain_send
+from continuity.delivery.drains import drain_send
 from continuity.errors import InvalidTransition
 from continuity.models import Alert, Conversation, CrashRecord, DeadLetter, Message, Run, Summary
 from continuity.store.contexts import TURNS_SELECT

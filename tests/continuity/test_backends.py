@@ -28,7 +28,7 @@ from continuity.delivery.backends import (
     backend_slot,
     backends_check,
 )
-from continuity.delivery.inbox import drains_waiting
+from continuity.delivery.drains import drains_waiting
 from continuity.delivery.processing import drain_conversation
 from continuity.models import (
     Alert,

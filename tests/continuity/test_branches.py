@@ -7,11 +7,10 @@ import uuid
 
 import pytest
 
+from continuity.actions import dead_letter_retry, message_edit, reply_regenerate, version_show
 from continuity.context.assembly import context_gather, summary_latest
 from continuity.context.compaction import summary_write
 from continuity.context.handoffs import handoff_correct, handoff_latest, handoff_write
-from continuity.delivery.branches import message_edit, reply_regenerate, version_show
-from continuity.delivery.dead_letters import dead_letter_retry
 from continuity.delivery.processing import drain_conversation
 from continuity.errors import ClientIdReused, InvalidMessage, InvalidTransition
 from continuity.models import Conversation, Handoff, Message, Run

@@ -77,7 +77,7 @@ print(f"{transport.__module__}.{transport.__qualname__}", bool(connection.ssl))
 def test_the_drain_task_keeps_its_name_so_drains_queued_by_an_earlier_release_run():
     """Drains in the broker's queue name their task: one sent by the release before a deploy
     (when the task lived in continuity.delivery.tasks) is run by this release's worker."""
-    from continuity.delivery.inbox import DRAIN_TASK
+    from continuity.delivery.drains import DRAIN_TASK
     from continuity.worker import tasks  # as the worker's autodiscovery imports it
 
     assert DRAIN_TASK == tasks.drain_conversation.name == "continuity.drain_conversation"

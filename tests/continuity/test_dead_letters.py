@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from continuity.delivery.alerts import alert_acknowledge
-from continuity.delivery.attempts.failures import attempt_end
-from continuity.delivery.attempts.lease import attempt_begin
-from continuity.delivery.dead_letters import (
+from continuity.actions import (
+    alert_acknowledge,
     dead_letter_discard,
     dead_letter_retry,
     dead_letters_retry,
 )
+from continuity.delivery.attempts.failures import attempt_end
+from continuity.delivery.attempts.lease import attempt_begin
 from continuity.delivery.processing import drain_conversation
 from continuity.errors import InvalidMessage, InvalidTransition
 from continuity.models import Alert, DeadLetter, Message, RunContext, StaffAction

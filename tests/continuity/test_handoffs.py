@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
+from continuity.actions import conversation_pause
 from continuity.context.handoffs import handoff_write
 from continuity.delivery.attempts.failures import attempt_end
 from continuity.delivery.attempts.lease import attempt_begin
-from continuity.delivery.conversations import conversation_pause
 from continuity.delivery.processing import drain_conversation
 from continuity.models import Handoff, MemoryFact, Message, Run
 from tests.helpers.factories import UserFactory

@@ -10,11 +10,11 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
+from continuity.actions import conversation_delete
 from continuity.delivery import processing
 from continuity.delivery.attempts.failures import attempt_end
 from continuity.delivery.attempts.finish import attempt_finish
 from continuity.delivery.attempts.lease import attempt_begin
-from continuity.delivery.conversations import conversation_delete
 from continuity.delivery.heartbeats import RunHeartbeat, keys_alive, run_key, stale_run_ids
 from continuity.delivery.inbox import message_accept
 from continuity.delivery.processing import chunk_store, step
@@ -101,7 +101,7 @@ def test_staleness_needs_an_old_row_and_no_redis_key(run):
 
 @pytest.mark.postgresql("makes the PostgreSQL server go away")
 def test_the_redis_key_is_refreshed_while_the_database_is_away(run):
-    from continuity.delivery.heartbeats import redis_client
+    from continuity.delivery.redis_client import redis_client
     from tests.helpers.outages import database_refuses_connections
 
     key = run_key(run.pk)

@@ -134,7 +134,7 @@ def test_a_conversation_has_at_most_one_drain_waiting_in_the_queue(
     import redis
     from django.conf import settings
 
-    from continuity.delivery.inbox import drain_marker_key, drain_received
+    from continuity.delivery.drains import drain_marker_key, drain_received
 
     broker = redis.Redis.from_url(settings.REDIS_URL)
     broker.delete("celery")
@@ -183,7 +183,7 @@ def test_a_soft_time_limit_during_an_enqueue_reaches_the_task(conversation, monk
     from django.conf import settings
 
     from continuity import celery_app
-    from continuity.delivery.inbox import drain_marker_key, drain_send
+    from continuity.delivery.drains import drain_marker_key, drain_send
 
     def limit_reached(*args, **kwargs):
         raise SoftTimeLimitExceeded()
@@ -201,7 +201,7 @@ def test_a_broker_error_during_an_enqueue_is_logged_for_the_watchdog(
     from kombu.exceptions import OperationalError
 
     from continuity import celery_app
-    from continuity.delivery.inbox import drain_send
+    from continuity.delivery.drains import drain_send
 
     def broker_down(*args, **kwargs):
         raise OperationalError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")

@@ -51,11 +51,11 @@ def test_a_second_drain_of_a_finished_message_adds_nothing(conversation):
 
 def drains_sent_from_now(monkeypatch) -> list[dict]:
     """The drain tasks sent from now on (recorded, not sent: the test drains by hand)."""
-    from continuity.delivery import inbox
+    from continuity.delivery import drains
 
     sent: list[dict] = []
     monkeypatch.setattr(
-        inbox,
+        drains,
         "drain_send",
         lambda *, conversation_id, **_: sent.append({"conversation_id": conversation_id}),
     )
@@ -329,7 +329,7 @@ def test_the_brain_titles_a_conversation_after_its_first_reply(conversation):
 
 
 def test_a_title_its_owner_wrote_is_kept(conversation):
-    from continuity.delivery.conversations import conversation_rename
+    from continuity.actions import conversation_rename
 
     conversation_rename(conversation=conversation, title="Compiler")
     send(conversation, "My goal is to ship the compiler")

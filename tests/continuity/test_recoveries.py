@@ -181,7 +181,7 @@ def test_a_correction_goes_into_the_next_runs_critical_context(chat):
 
 
 def test_a_resume_from_pause_is_told_as_such(chat):
-    from continuity.delivery.conversations import conversation_pause, conversation_resume
+    from continuity.actions import conversation_pause, conversation_resume
 
     message = send(chat, "What's my name?")
     run = attempt_begin(conversation_id=chat.pk)

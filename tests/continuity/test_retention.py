@@ -107,8 +107,8 @@ def test_old_history_is_pruned_but_dead_letters_waiting_for_staff_are_kept(conve
 
 
 def test_retention_never_brings_a_hidden_branchs_handoff_back(conversation):
+    from continuity.actions import message_edit
     from continuity.context.handoffs import handoff_latest
-    from continuity.delivery.branches import message_edit
     from continuity.delivery.retention import history_prune
     from continuity.models import Run
 

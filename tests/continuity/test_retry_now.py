@@ -8,7 +8,7 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from continuity.delivery.conversations import conversation_retry_now
+from continuity.actions import conversation_retry_now
 from continuity.errors import InvalidTransition
 from continuity.models import Conversation, Run
 from continuity.selectors import retry_wait_of

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from continuity.delivery.attempts.finish import attempt_finish, reply_stop
+from continuity.actions import reply_stop
+from continuity.delivery.attempts.finish import attempt_finish
 from continuity.delivery.attempts.lease import attempt_begin
 from continuity.delivery.processing import chunk_store
 from continuity.errors import AttemptStopped, InvalidTransition
@@ -20,7 +21,7 @@ def test_a_stopped_reply_keeps_what_was_written_and_the_next_message_goes_on(
 ):
     sent = []
     monkeypatch.setattr(
-        "continuity.delivery.inbox.drain_send",
+        "continuity.delivery.drains.drain_send",
         lambda *, conversation_id, **_: sent.append(conversation_id),
     )
     first, second = send(conversation, "Tell me a long story"), send(conversation, "Thanks")

@@ -11,16 +11,16 @@ from django.urls import reverse
 
 from chat.brains.builtin import BuiltinBrain
 from continuity import store
+from continuity.actions import (
+    conversation_hand_back,
+    conversation_take_over,
+    message_edit,
+    staff_reply,
+)
 from continuity.context.assembly import history_exchanges
 from continuity.context.handoffs import handoff_latest
 from continuity.delivery.attempts.lease import attempt_begin
-from continuity.delivery.branches import message_edit
 from continuity.delivery.processing import drain_conversation
-from continuity.delivery.takeover import (
-    conversation_hand_back,
-    conversation_take_over,
-    staff_reply,
-)
 from continuity.errors import InvalidTransition
 from continuity.models import Conversation, Message, ReplyChunk, Run, StaffAction
 from continuity.selectors import exchanges_of

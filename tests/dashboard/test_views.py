@@ -10,7 +10,7 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from continuity.delivery.dead_letters import dead_letter_discard, dead_letter_retry
+from continuity.actions import dead_letter_discard, dead_letter_retry
 from continuity.models import Alert, Conversation, CrashRecord, DeadLetter, Message, Run, Worker
 from tests.helpers.console import dead_letter_make
 from tests.helpers.factories import ConversationFactory, MessageFactory, UserFactory

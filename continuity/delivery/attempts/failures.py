@@ -23,10 +23,11 @@ from ...errors import (
 )
 from ...live.events import publish_conversation_changed, publish_message_changed
 from ...models import Conversation, CrashRecord, Handoff, Message, Run
-from ..conversations import conversation_pause
 from ..dead_letters import dead_letter_create
+from ..drains import conversation_enqueue
 from ..heartbeats import outages_noted, stale_before
-from ..inbox import conversation_enqueue, message_bump
+from ..inbox import message_bump
+from ..pauses import conversation_pause
 from .locking import conversation_lock
 
 logger = logging.getLogger(__name__)

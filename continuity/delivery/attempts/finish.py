@@ -1,5 +1,5 @@
 """Finishing an attempt: its reply stored, fenced, in the transaction that may begin the next
-attempt; and a reply stopped by its person or by staff."""
+attempt (also the stopped reply a person or staff ask for: `actions.replies`)."""
 
 from __future__ import annotations
 
@@ -14,17 +14,15 @@ from ... import store
 from ...context.handoffs import handoff_after_reply
 from ...context.memory import memory_remember_all
 from ...errors import (
-    InvalidTransition,
     NextAttemptFailed,
 )
 from ...live.events import publish_message_changed
-from ...models import Conversation, Message, Run, StaffAction
+from ...models import Conversation, Message, Run
 from ...ops.faults import fault_point
 from ...store import contexts, conversations, messages, runs
-from ..audit import staff_action_record
-from ..inbox import conversation_enqueue
+from ..drains import conversation_enqueue
 from .lease import attempts_committing, next_attempt_of
-from .locking import conversation_lock, fence_held
+from .locking import fence_held
 
 logger = logging.getLogger(__name__)
 
@@ -173,48 +171,3 @@ def reply_and_next(
     except Exception as exc:  # the next message's trouble must not cost this reply
         raise NextAttemptFailed(f"Attempt {run.pk}: the next attempt did not begin.") from exc
     return Finished(next_begun=begun)
-
-
-def reply_stop(
-    *, message: Message, run_id: int | None = None, by=None, reason: str = ""
-) -> Message:
-    """The person stopped the reply being written to `message` (or, with `by`, staff did from
-    the console, audited): keep what was written as the reply, marked stopped; nothing is
-    retried, and the next queued message goes on.
-
-    The attempt learns it at its next write or heartbeat (its run is no longer running) and
-    ends without writing anything more: every write of an attempt is fenced on its run's
-    state. A stopped reply stores no new memory or handoff; the exchange stays in the history."""
-    with transaction.atomic():
-        conversation_lock(message.conversation_id)
-        run = Run.objects.select_for_update().filter(message=message, state=Run.State.RUNNING)
-        if run_id is not None:  # the attempt staff confirmed, not a later one of the message
-            run = run.filter(pk=run_id)
-        run = run.first()
-        if run is None:
-            raise InvalidTransition(f"No reply is being written to message {message.pk}.")
-        written = run.reply_chunks.order_by("seq").values_list("text", flat=True)
-        reply = reply_store(
-            run=run,
-            text="".join(written),
-            run_state=Run.State.STOPPED,
-            error="Stopped by staff." if by is not None else "Stopped by the user.",
-            stopped=True,
-        ).reply
-        if by is not None:
-            Message.objects.filter(pk=reply.pk).update(stopped_by_staff=True)
-            reply.stopped_by_staff = True
-            staff_action_record(
-                kind=StaffAction.Kind.STOP,
-                by=by,
-                reason=reason,
-                conversation_id=message.conversation_id,
-                details={"run": run.pk, "message": message.pk},
-            )
-    logger.info(
-        "Attempt %s of message %s stopped by %s",
-        run.pk,
-        message.pk,
-        f"staff ({by.get_username()})" if by is not None else "its owner",
-    )
-    return reply

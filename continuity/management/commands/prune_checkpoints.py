@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from continuity.delivery.retention import working_state_prune
+from continuity.delivery import working_state_prune
 
 
 class Command(BaseCommand):

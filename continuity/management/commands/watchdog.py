@@ -9,10 +9,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import InterfaceError, OperationalError, close_old_connections, connection
 
-from continuity.delivery.heartbeats import heartbeat_ttl
-from continuity.delivery.history import history_record
-from continuity.delivery.retention import retention_prune
-from continuity.delivery.watchdog import watchdog_tick
+from continuity.delivery import heartbeat_ttl, history_record, retention_prune, watchdog_tick
 
 logger = logging.getLogger("continuity.watchdog")
 

@@ -21,13 +21,13 @@ from django.db import transaction
 from django.db.models import F, Q
 
 from ..context.handoffs import handoffs_carry
+from ..delivery.attempts.lease import pending_messages
+from ..delivery.attempts.locking import conversation_lock
+from ..delivery.inbox import message_clean_text, message_queue, same_text_or_refuse
 from ..errors import ClientIdReused, InvalidTransition
 from ..live.events import publish_branch_changed
 from ..models import Conversation, Message
-from .attempts.lease import pending_messages
-from .attempts.locking import conversation_lock
 from .dead_letters import dead_letter_replace
-from .inbox import message_clean_text, message_queue, same_text_or_refuse
 
 logger = logging.getLogger(__name__)
 BUSY = "Wait until the reply is finished (or stop it) before changing the conversation."

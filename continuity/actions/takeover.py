@@ -16,12 +16,13 @@ from django.db import transaction
 from django.db.models.functions import Now
 
 from ..context.handoffs import handoff_revise, section_text
+from ..delivery.attempts.locking import conversation_lock
+from ..delivery.audit import staff_action_record
+from ..delivery.drains import conversation_enqueue
+from ..delivery.inbox import message_bump
 from ..errors import TAKEN_OVER, InvalidTransition
 from ..live.events import publish_conversation_changed, publish_message_changed
 from ..models import Conversation, Handoff, Message, Run, StaffAction
-from .attempts.locking import conversation_lock
-from .audit import staff_action_record
-from .inbox import conversation_enqueue, message_bump
 
 logger = logging.getLogger(__name__)
 

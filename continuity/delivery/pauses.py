@@ -1,0 +1,55 @@
+"""Pausing a conversation: the crash-loop breaker's give-up, and staff's pause from the console.
+Staff resume it (`actions.conversations`)."""
+
+from __future__ import annotations
+
+import logging
+
+from django.db import transaction
+
+from ..context.handoffs import handoff_for_pause
+from ..errors import InvalidTransition
+from ..live.events import (
+    publish_conversation_changed,
+)
+from ..models import Alert, Conversation, StaffAction
+from .alerts import alert_mail
+from .audit import staff_action_record
+
+logger = logging.getLogger(__name__)
+
+
+@transaction.atomic
+def conversation_pause(*, conversation: Conversation, reason: str, by=None) -> Alert:
+    """Stop processing a conversation until staff resume it; raise an alert. A "pause" handoff
+    records why, for whoever picks the conversation up again. `by`: the staff member who
+    paused it (audited), rather than the crash-loop breaker. A running attempt finishes."""
+    # Staff's reason is for staff (the console, the alert, the audit log): the person's notes
+    # and the agent's context only learn that support paused it.
+    staff_reason = reason
+    if by is not None:
+        reason = f"{Conversation.PAUSED_BY_STAFF} {by.get_username()}: {staff_reason}"
+    updated = Conversation.objects.filter(
+        pk=conversation.pk, state=Conversation.State.ACTIVE
+    ).update(state=Conversation.State.PAUSED, paused_reason=reason, retry_at=None)
+    if not updated:
+        raise InvalidTransition(f"Conversation {conversation.pk} is not active; cannot pause it.")
+    handoff_for_pause(
+        conversation=conversation, reason="paused by support" if by is not None else reason
+    )
+    text = f"Conversation {conversation.pk} ({conversation}) paused: {reason}"
+    alert = Alert.objects.create(
+        kind=Alert.Kind.CONVERSATION_PAUSED, conversation=conversation, text=text
+    )
+    if by is not None:
+        staff_action_record(
+            kind=StaffAction.Kind.PAUSE, by=by, reason=staff_reason, conversation=conversation
+        )
+    logger.error(text)
+    transaction.on_commit(lambda: alert_mail(subject="Conversation paused", text=text))
+    transaction.on_commit(
+        lambda: publish_conversation_changed(
+            conversation_id=conversation.pk, owner_id=conversation.owner_id
+        )
+    )
+    return alert
