@@ -32,6 +32,7 @@ def test_no_test_module_imports_another():
     assert not imported, sorted(imported)
 
 
+@pytest.mark.processes  # it runs git
 def test_commit_subjects_since_the_rule_are_at_most_72_characters():
     top = Path(__file__).resolve().parents[1]
     if shutil.which("git") is None or not (top / ".git").exists():
