@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from django.contrib.postgres.search import SearchHeadline, SearchQuery, SearchRank, SearchVector
 from django.db import connection
 from django.db.models import (
-    Count,
     DurationField,
     Exists,
     ExpressionWrapper,
@@ -277,16 +276,6 @@ def newest_message_id(conversation: Conversation) -> int:
     return conversation.messages.aggregate(newest=Max("pk"))["newest"] or 0
 
 
-def message_counts_by_state() -> dict[str, int]:
-    counts = dict(
-        Message.objects.filter(role=Message.Role.USER)
-        .values_list("state")
-        .annotate(n=Count("pk"))
-        .values_list("state", "n")
-    )
-    return {state: counts.get(state, 0) for state in Message.State.values}
-
-
 def retry_wait_of(conversation: Conversation) -> int | None:
     """Seconds until an interrupted message is tried again (the backoff, on the database's
     clock), or None when no message waits on one: paused, an attempt running, nothing queued.
@@ -326,13 +315,14 @@ def conversation_status(conversation: Conversation) -> dict:
     resuming = (
         retry_in is None
         and conversation.state == Conversation.State.ACTIVE
-        and conversation.messages.filter(
+        and conversation.messages.shown()
+        .filter(
             Q(attempts__gt=0) | Q(interruptions__gt=0),
             ~Exists(Run.objects.filter(conversation_id=conversation.pk, state=Run.State.RUNNING)),
             role=Message.Role.USER,
             state=Message.State.QUEUED,
-            hidden_with__isnull=True,
-        ).exists()
+        )
+        .exists()
     )
     # "The assistant is back" after support handed it back, until the agent has answered
     # (both times on the database's clock).

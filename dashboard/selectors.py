@@ -404,7 +404,7 @@ def attempts_of(dead_letter: DeadLetter) -> list[dict]:
                 **attempt,
                 "snapshot": True,
                 "started_at": parse_datetime(attempt.get("started_at") or ""),
-                **attempt_end(
+                **attempt_times(
                     Run(
                         state=attempt.get("state", ""),
                         started_at=parse_datetime(attempt.get("started_at") or ""),
@@ -424,7 +424,7 @@ def attempts_of(dead_letter: DeadLetter) -> list[dict]:
             "state": run.get_state_display(),
             "worker": run.worker or run.node,
             "started_at": run.started_at,
-            **attempt_end(run),
+            **attempt_times(run),
             "error": run.error,
             "traceback": run.traceback,
             "context": run_context_text(contexts[run.pk]) if run.pk in contexts else "",
@@ -433,7 +433,7 @@ def attempts_of(dead_letter: DeadLetter) -> list[dict]:
     ]
 
 
-def attempt_end(run) -> dict:
+def attempt_times(run) -> dict:
     """When an attempt really ended, and when that was noticed. A crashed process wrote
     nothing at its death: its last heartbeat is its last sign of life, and `ended_at` is when
     the watchdog noticed, up to a heartbeat TTL later. The duration runs to the real end."""

@@ -12,7 +12,7 @@ from django.db.models import Count, Max, Min, Q
 
 from continuity.context import recovery_words
 from continuity.models import Checkpoint, Message, Recovery, ReplyChunk, Run, StaffAction
-from continuity.words import plural
+from continuity.words import clip, plural
 
 
 @dataclass(frozen=True)
@@ -148,7 +148,3 @@ def dead_letter_events(message: Message) -> list[Event]:
             )
         )
     return events
-
-
-def clip(text: str, limit: int = 120) -> str:
-    return text if len(text) <= limit else f"{text[: limit - 1]}…"

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from django.conf import settings
 
 from continuity.brains import Context, Turn
+from continuity.words import clip
 
 # Only the explicit forms: "I'm Tired of this bug" states a mood, not a name.
 NAME = re.compile(r"\b(?i:my name is|call me)\s+(?P<name>[A-Za-z][\w'-]*(?:\s+[A-Z][\w'-]*)?)")
@@ -63,15 +64,12 @@ REFLECTIONS = {
     "me": "you",
     "i": "you",
 }
+# What a phrase taken from a sentence may trail: "tea, " is "tea".
+LOOSE_ENDS = " ,;:"
 FIRST_PERSON = re.compile(
     r"\b(?:" + "|".join(word.replace(" ", r"\s+") for word in REFLECTIONS) + r")\b(?!')",
     re.IGNORECASE,
 )
-
-
-def clip(text: str, limit: int = 120) -> str:
-    text = " ".join(text.split()).strip(" ,;:")
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
 def reflect(text: str) -> str:
@@ -177,20 +175,20 @@ class BuiltinBrain:
         facts: dict[str, str] = {}
         for sentence in SENTENCE.split(text):
             if (match := REMEMBER.search(sentence)) and not self.asks_about_memory(sentence, match):
-                facts["note"] = clip(reflect(match.group("note")))
+                facts["note"] = clip(reflect(match.group("note")), strip=LOOSE_ENDS)
                 continue
             if match := NAME.search(sentence):
                 facts["name"] = " ".join(
                     word[0].upper() + word[1:] for word in match.group("name").split()
                 )
             if match := LIKE.search(sentence):
-                facts["likes"] = clip(match.group("thing"))
+                facts["likes"] = clip(match.group("thing"), strip=LOOSE_ENDS)
         return facts
 
     def goal_in(self, text: str) -> str | None:
         """The goal this message sets for its conversation, in the person's words."""
         if (match := GOAL.search(text)) and not REMEMBER.search(text):
-            return clip(ANOTHER_CLAUSE.split(match.group("goal"), maxsplit=1)[0])
+            return clip(ANOTHER_CLAUSE.split(match.group("goal"), maxsplit=1)[0], strip=LOOSE_ENDS)
         return None
 
     def asks_about_memory(self, text: str, match: re.Match) -> bool:
@@ -242,7 +240,7 @@ class BuiltinBrain:
             restored = "my notes on where we were"
         return (
             f"(I was interrupted — {recovery.label} — and picked up again from {restored}; "
-            f"continuing with your message “{clip(context.text, 60)}”.)"
+            f"continuing with your message “{clip(context.text, 60, strip=LOOSE_ENDS)}”.)"
         )
 
     def reply_ask_name(self, *, name: str | None, **_) -> str:
@@ -287,7 +285,7 @@ class BuiltinBrain:
         lines = [f"{heading}{', ' + name if name else ''}:", ""]
         if goal:
             lines.append(f"- Your goal in this conversation: **{goal}**.")
-        lines += [f"- You said: “{clip(text, 80)}”" for text in asked[-3:]]
+        lines += [f"- You said: “{clip(text, 80, strip=LOOSE_ENDS)}”" for text in asked[-3:]]
         if note and note.critical_context:
             lines += ["", "Keep in mind:", *(f"- {line}" for line in note.critical_context)]
         step = (note.next_steps[0] if note and note.next_steps else None) or (
@@ -328,7 +326,9 @@ class BuiltinBrain:
         return f"You're welcome{', ' + name if name else ''}."
 
     def reply_discuss(self, *, context: Context, goal: str | None, **_) -> str:
-        said = worded(DISCUSS_SAID, context.retelling).format(said=clip(context.text, 80))
+        said = worded(DISCUSS_SAID, context.retelling).format(
+            said=clip(context.text, 80, strip=LOOSE_ENDS)
+        )
         if goal:
             return f"{said} {worded(DISCUSS_GOAL, context.retelling).format(goal=goal)}"
         return f"{said} {worded(DISCUSS_NO_GOAL, context.retelling)}"

@@ -19,12 +19,13 @@ import httpx
 import openai
 from django.conf import settings
 
-from chat.brains.builtin import BuiltinBrain, clip
+from chat.brains.builtin import BuiltinBrain
 from continuity.brains import CUT_OFF, Context, Turn
 from continuity.context import context_tokens, tokens_estimate
 from continuity.delivery import model_learn, model_learned
 from continuity.errors import BackendUnavailable, ContextTooLong, PermanentError
 from continuity.models import handoff_markdown
+from continuity.words import clip
 
 logger = logging.getLogger(__name__)
 TITLE_INSTRUCTIONS = (

@@ -109,7 +109,8 @@ def version_show(*, message: Message) -> None:
             return  # already shown: a double click, or another tab did it
         root = current.version_of_id or current.pk
         shown = (
-            Message.objects.filter(Q(pk=root) | Q(version_of_id=root), hidden_with__isnull=True)
+            Message.objects.shown()
+            .filter(Q(pk=root) | Q(version_of_id=root))
             .exclude(pk=current.pk)
             .first()
         )
@@ -135,9 +136,9 @@ def branch_hide(*, version: Message) -> list[int]:
     what they show."""
     questions = shown_user_messages(version.conversation_id).filter(id__gte=version.pk)
     changed = list(questions.values_list("pk", flat=True))
-    Message.objects.filter(
-        Q(pk__in=changed) | Q(reply_to_id__in=changed), hidden_with__isnull=True
-    ).update(hidden_with=version, version=F("version") + 1)
+    Message.objects.shown().filter(Q(pk__in=changed) | Q(reply_to_id__in=changed)).update(
+        hidden_with=version, version=F("version") + 1
+    )
     Conversation.objects.filter(pk=version.conversation_id).update(
         branch_changes=F("branch_changes") + 1
     )
@@ -145,6 +146,4 @@ def branch_hide(*, version: Message) -> list[int]:
 
 
 def shown_user_messages(conversation_id: int):
-    return Message.objects.filter(
-        conversation_id=conversation_id, role=Message.Role.USER, hidden_with__isnull=True
-    )
+    return Message.objects.shown().filter(conversation_id=conversation_id, role=Message.Role.USER)

@@ -16,6 +16,7 @@ from .. import store
 from ..brains import HandoffNote
 from ..models import Conversation, Handoff, Message, Run, sections_lines
 from ..store import contexts
+from ..words import clip
 
 SECTIONS = Handoff.SECTIONS
 
@@ -96,9 +97,7 @@ def handoff_create(
 
 
 def newest_question_id(conversation_id: int) -> int | None:
-    shown = Message.objects.filter(
-        conversation_id=conversation_id, role=Message.Role.USER, hidden_with__isnull=True
-    )
+    shown = Message.objects.shown().filter(conversation_id=conversation_id, role=Message.Role.USER)
     return shown.order_by("-id").values_list("pk", flat=True).first()
 
 
@@ -215,7 +214,7 @@ def without_interruption(text: str) -> str:
 
 def handoff_after_interruption(*, run: Run, reason: str) -> Handoff:
     """The newest handoff plus what was in progress when the attempt stopped."""
-    asked = clip(run.message.text)
+    asked = clip(run.message.text, 100)
     what = Handoff.Reason(reason).label.lower()
 
     def edit(sections: dict[str, str]) -> dict[str, str]:
@@ -297,11 +296,6 @@ def handoff_note(handoff: Handoff | None) -> HandoffNote | None:
         next_steps=sections_lines(handoff.next_steps),
         decisions=sections_lines(handoff.decisions),
     )
-
-
-def clip(text: str, limit: int = 100) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
 def handoff_forget_line(*, conversation_id: int, section: str, line: str, author) -> bool:

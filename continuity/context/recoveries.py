@@ -119,14 +119,13 @@ def restored_of(run_context: RunContext | None) -> Restored:
         # As the person counts them: each exchange the summary covers (the shown branch's
         # answered questions up to the one it was written through) is a question and its reply,
         # whatever their ids (a burst's replies come after its later questions).
-        covered = Message.objects.filter(
+        covered = Message.objects.shown().filter(
             conversation_id=summary.conversation_id,
             role=Message.Role.USER,
             state=Message.State.DONE,
-            hidden_with__isnull=True,
             pk__lte=summary.covers_through_id,
         )
-        replies = Message.objects.filter(reply_to__in=covered, hidden_with__isnull=True)
+        replies = Message.objects.shown().filter(reply_to__in=covered)
         summary_messages = covered.count() + replies.count()
     return Restored(
         handoff=run_context.handoff,
