@@ -24,7 +24,7 @@ from .history import (
     history_spans,
 )
 from .inbox import conversation_start, message_accept, message_clean_text
-from .redis_client import redis_client
+from .redis_connection import redis_client
 from .retention import retention_prune, working_state_prune
 from .watchdog import watchdog_tick
 

@@ -25,7 +25,7 @@ from ..errors import AttemptStopped
 from ..live.events import publish_conversation_changed
 from ..models import Alert, Conversation
 from .drains import conversation_enqueue
-from .redis_client import redis_client
+from .redis_connection import redis_client
 
 logger = logging.getLogger(__name__)
 # A day: a server that failed once and was never tried again is forgotten.

@@ -19,7 +19,7 @@ from continuity.celery import app as celery_app
 from .. import store
 from ..store import conversations
 from .heartbeats import key_delete
-from .redis_client import redis_client
+from .redis_connection import redis_client
 
 logger = logging.getLogger(__name__)
 # Sent by name, so the pipeline never imports the worker's Celery adapter (worker/tasks.py); the

@@ -24,7 +24,7 @@ from django.db.models.functions import Now
 
 from ..database.clock import db_now_plus
 from ..models import Run, Worker
-from .redis_client import redis_client
+from .redis_connection import redis_client
 
 logger = logging.getLogger(__name__)
 

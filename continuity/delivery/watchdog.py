@@ -20,7 +20,7 @@ from .attempts.failures import attempt_end, each_guarded, runs_reap
 from .attempts.lease import pending_messages
 from .drains import conversation_enqueue, drains_waiting
 from .heartbeats import stale_run_ids
-from .redis_client import redis_client
+from .redis_connection import redis_client
 from .workers import current_incarnation, process_gone
 
 logger = logging.getLogger(__name__)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from continuity.delivery.redis_client import redis_client
+from continuity.delivery.redis_connection import redis_client
 
 NOOP_TASK = "devtools.bench.noop"
 

@@ -101,7 +101,7 @@ def test_staleness_needs_an_old_row_and_no_redis_key(run):
 
 @pytest.mark.postgresql("makes the PostgreSQL server go away")
 def test_the_redis_key_is_refreshed_while_the_database_is_away(run):
-    from continuity.delivery.redis_client import redis_client
+    from continuity.delivery.redis_connection import redis_client
     from tests.helpers.outages import database_refuses_connections
 
     key = run_key(run.pk)

@@ -222,7 +222,7 @@ def test_a_conversation_whose_drain_still_waits_in_the_queue_is_not_sent_again(
     from django.conf import settings
 
     from continuity.delivery.drains import drain_marker_key
-    from continuity.delivery.redis_client import redis_client
+    from continuity.delivery.redis_connection import redis_client
 
     with django_capture_on_commit_callbacks(execute=True):
         send(conversation)  # its drain waits in the queue, behind a backlog
@@ -243,7 +243,7 @@ def test_a_marker_older_than_a_received_drain_is_orphaned_and_sent_again(
     from django.conf import settings
 
     from continuity.delivery.drains import DRAIN_SEQUENCE_KEY, drain_received
-    from continuity.delivery.redis_client import redis_client
+    from continuity.delivery.redis_connection import redis_client
 
     with django_capture_on_commit_callbacks(execute=True):
         send(conversation)
@@ -289,7 +289,7 @@ def test_a_new_message_replaces_an_orphaned_marker(
     from django.conf import settings
 
     from continuity.delivery.drains import DRAIN_SEQUENCE_KEY, drain_received
-    from continuity.delivery.redis_client import redis_client
+    from continuity.delivery.redis_connection import redis_client
 
     broker = redis.Redis.from_url(settings.REDIS_URL)
     with django_capture_on_commit_callbacks(execute=True):
@@ -309,7 +309,7 @@ def test_the_watchdog_replaces_an_orphaned_marker_and_sends(
     from django.conf import settings
 
     from continuity.delivery.drains import DRAIN_SEQUENCE_KEY, drain_marker_key, drain_received
-    from continuity.delivery.redis_client import redis_client
+    from continuity.delivery.redis_connection import redis_client
 
     broker = redis.Redis.from_url(settings.REDIS_URL)
     with django_capture_on_commit_callbacks(execute=True):
@@ -335,7 +335,7 @@ def test_in_a_quiet_system_the_watchdog_replaces_a_marker_whose_drain_is_in_no_q
     from django.conf import settings
 
     from continuity.delivery.drains import drain_marker_key
-    from continuity.delivery.redis_client import redis_client
+    from continuity.delivery.redis_connection import redis_client
 
     broker = redis.Redis.from_url(settings.REDIS_URL)
     queue = settings.CELERY_TASK_DEFAULT_QUEUE
