@@ -157,6 +157,23 @@ def test_three_postgres_restarts_during_replies_dead_letter_and_pause_nothing(pr
     assert_promise_kept(messages)
 
 
+def database_relay() -> tuple[TcpRelay, str]:
+    """A TCP relay of the test's to PostgreSQL, and the database URL through it."""
+    database = connection.settings_dict
+    relay = TcpRelay(("127.0.0.1", int(database["PORT"] or 5432))).start()
+    return relay, f"postgres://{database['USER']}@{RELAY_HOST}:{relay.port}/{database['NAME']}"
+
+
+def answered_after_one_outage(run: Run, message: Message) -> None:
+    """The attempt the outage cut was given back, not charged, and the reply stored once."""
+    run.refresh_from_db()
+    assert run.state == "interrupted" and run.error.startswith("Database unavailable")
+    message.refresh_from_db()
+    assert (message.state, message.attempts, message.interruptions) == ("done", 1, 1)
+    assert not CrashRecord.objects.exists() and not DeadLetter.objects.exists()
+    assert_promise_kept([message])
+
+
 @dataclass
 class Relayed:
     relay: TcpRelay
@@ -171,9 +188,7 @@ BLACK_HOLE_NOTICED_MS = 3_000
 def relayed(processes):
     """A worker (writing slowly) that reaches PostgreSQL through a TCP relay of the test's,
     and a watchdog that reaches it directly."""
-    database = connection.settings_dict
-    relay = TcpRelay(("127.0.0.1", int(database["PORT"] or 5432))).start()
-    through_relay = f"postgres://{database['USER']}@{RELAY_HOST}:{relay.port}/{database['NAME']}"
+    relay, through_relay = database_relay()
     try:
         worker = processes.add(
             WorkerProcess(
@@ -208,21 +223,14 @@ def test_a_black_holed_database_connection_fails_within_seconds_as_an_outage(rel
         )
     wait_finished([message], timeout=60)
 
-    run.refresh_from_db()
-    assert run.state == "interrupted" and run.error.startswith("Database unavailable")
-    message.refresh_from_db()
-    assert (message.state, message.attempts, message.interruptions) == ("done", 1, 1)
-    assert not CrashRecord.objects.exists() and not DeadLetter.objects.exists()
-    assert_promise_kept([message])
+    answered_after_one_outage(run, message)
 
 
 def test_an_attempt_cut_by_a_failover_is_given_back_at_once_without_the_watchdog(processes):
     """The database's connections are reset mid-reply and the next ones go through, as a
     failover to a promoted standby leaves them. The worker that saw its connection die gives
     its attempt back and sends the drain itself: no watchdog runs here to re-enqueue it."""
-    database = connection.settings_dict
-    relay = TcpRelay(("127.0.0.1", int(database["PORT"] or 5432))).start()
-    through_relay = f"postgres://{database['USER']}@{RELAY_HOST}:{relay.port}/{database['NAME']}"
+    relay, through_relay = database_relay()
     try:
         processes.add(
             WorkerProcess(CONTINUITY_BUILTIN_TOKEN_DELAY="0.05", DATABASE_URL=through_relay)
@@ -236,12 +244,7 @@ def test_an_attempt_cut_by_a_failover_is_given_back_at_once_without_the_watchdog
     finally:
         relay.stop()
 
-    run.refresh_from_db()
-    assert run.state == "interrupted" and run.error.startswith("Database unavailable")
-    message.refresh_from_db()
-    assert (message.state, message.attempts, message.interruptions) == ("done", 1, 1)
-    assert not CrashRecord.objects.exists() and not DeadLetter.objects.exists()
-    assert_promise_kept([message])
+    answered_after_one_outage(run, message)
 
 
 def test_a_lost_commit_acknowledgement_is_found_out_by_the_next_attempt(relayed):
