@@ -23,7 +23,7 @@ from django.db.models import QuerySet
 from ..brains import brain_class, brain_load
 from ..errors import AttemptStopped
 from ..live.events import publish_conversation_changed
-from ..models import Alert, Conversation
+from ..models import Alert, Conversation, Message
 from .drains import conversation_enqueue
 from .redis_connection import redis_client
 
@@ -250,17 +250,16 @@ if ARGV[4] ~= '' then
 end
 return 0
 """
-# The queued conversations whose turn it is, first come first: as many as slots are free. Each
-# is marked seen now, so that it has time to come for its slot before it counts as gone.
+# The queued conversations whose turn it is, first come first: as many as slots are free.
+# Telling one its turn does not count as seeing it: only its own ask does (SLOT_TAKE), so one
+# that never comes loses its place however often the head is read.
 QUEUE_HEAD = """
 local now = redis.call('TIME')
 local t = tonumber(now[1]) + tonumber(now[2]) / 1000000
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', t)
 local free = tonumber(ARGV[1]) - redis.call('ZCARD', KEYS[1])
 if free <= 0 then return {} end
-local ahead = redis.call('ZRANGE', KEYS[2], 0, free - 1)
-for _, waiting in ipairs(ahead) do redis.call('ZADD', KEYS[3], 'XX', t, waiting) end
-return ahead
+return redis.call('ZRANGE', KEYS[2], 0, free - 1)
 """
 # Renew a slot's lease only while its holder still has it: a renewal that lands after the
 # release (or after the lease ran out and the slot went to another) takes nothing back.
@@ -376,17 +375,41 @@ def backend_queue_release(backend: str, *, limit: int) -> int:
     busy give-back commits: a slot freed between the give-back's failed take and its commit
     found no conversation waiting in the database, and would otherwise leave it to its whole
     fallback wait."""
-    try:
-        slots, queue, seen = slots_key(backend), *queue_keys(backend)
-        ahead = [int(pk) for pk in redis_client().eval(QUEUE_HEAD, 3, slots, queue, seen, limit)]
-    except redis.RedisError:
-        return 0  # each waits its fallback, `CONTINUITY_OPENAI_REQUEST_TIMEOUT`
-    if not ahead:
-        return 0
-    waiting = Conversation.objects.filter(
-        pk__in=ahead, waiting_for=Conversation.WaitingFor.MODEL_BUSY
+    client, keys = redis_client(), (slots_key(backend), *queue_keys(backend))
+    for _ in range(QUEUE_HEAD_READS):
+        try:
+            ahead = [int(pk) for pk in client.eval(QUEUE_HEAD, 3, *keys, limit)]
+            if not ahead:
+                return 0
+            gone = queued_gone(ahead)
+            if gone:  # taken over, paused, deleted, or its message stopped or answered
+                client.pipeline().zrem(keys[1], *gone).zrem(keys[2], *gone).execute()
+                continue  # those behind them move up
+        except redis.RedisError:
+            return 0  # each waits its fallback, `CONTINUITY_OPENAI_REQUEST_TIMEOUT`
+        except (DatabaseError, InterfaceError):
+            logger.exception("Conversations queued for %s left to their next try", backend)
+            return 0
+        waiting = Conversation.objects.filter(
+            pk__in=ahead, waiting_for=Conversation.WaitingFor.MODEL_BUSY
+        )
+        return conversations_release(waiting, waited_for=backend)
+    return 0
+
+
+# How many times a release reads the queue's head again after dropping conversations that went.
+QUEUE_HEAD_READS = 5
+
+
+def queued_gone(conversation_ids: list[int]) -> list[int]:
+    """The queued conversations that will not come for a slot: no longer active, or with no
+    message waiting. Left in the queue, each would hold a slot's turn until it counts as gone."""
+    live = set(
+        Message.objects.waiting()
+        .filter(conversation_id__in=conversation_ids, conversation__state=Conversation.State.ACTIVE)
+        .values_list("conversation_id", flat=True)
     )
-    return conversations_release(waiting, waited_for=backend)
+    return [pk for pk in conversation_ids if pk not in live]
 
 
 def backends_check() -> None:

@@ -20,6 +20,7 @@ from django.urls import reverse
 
 from chat.brains.openai import OpenAIBrain
 from chat.branch_views import CONTINUE_TEXT
+from continuity.actions import conversation_delete, conversation_take_over
 from continuity.context.tokens import context_budget, tokens_estimate
 from continuity.delivery import processing
 from continuity.delivery.backends import (
@@ -638,3 +639,27 @@ def test_a_server_whose_slots_stay_taken_is_busy_not_failing(server, settings):
     assert (chat.waiting_for, chat.retry_at) == ("", None)
     drain_conversation(conversation_id=chat.pk)
     assert Message.objects.get(reply_to=question).text == reply_to(question.text)
+
+
+def test_a_queued_conversation_that_went_elsewhere_gives_up_its_turn(server, settings):
+    settings.CONTINUITY_OPENAI_CONCURRENCY = 1
+    server.start(port=server.port)
+    deleted, taken_over, behind = (openai_conversation(UserFactory()) for _ in range(3))
+    questions = {
+        chat.pk: send(chat, f"Question {chat.pk}") for chat in (deleted, taken_over, behind)
+    }
+    backend = f"openai http://127.0.0.1:{server.port}/v1"
+
+    with backend_slot(backend, limit=1) as held:
+        assert held
+        for chat in (deleted, taken_over, behind):
+            drain_conversation(conversation_id=chat.pk)  # each queued, in this order
+        conversation_delete(conversation=deleted)
+        conversation_take_over(conversation=taken_over, by=UserFactory(is_staff=True), reason="x")
+
+    # The freed slot skips the two that will never come for it.
+    assert waiting_for(behind) == [""]
+    drain_conversation(conversation_id=behind.pk)
+    assert Message.objects.get(reply_to=questions[behind.pk]).text == reply_to(
+        questions[behind.pk].text
+    )
