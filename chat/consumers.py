@@ -46,7 +46,7 @@ SERVER_ERROR = 1011  # the page reconnects and catches up
 # HTTP's 503 in the application range: daphne's websocket library lets a server send only 1000
 # or 3000-4999, so the standard 1012 (restart) and 1013 (try again later) cannot be sent.
 TRY_AGAIN_LATER = 4503
-LAYER_DOWN = (redis.RedisError, OSError)
+LAYER_DOWN = (redis.RedisError, ConnectionError)
 SYNC_FORMAT = 'Expected {"type": "sync", "after": <id>, "pending": [<id>, ...]}.'
 
 
@@ -85,6 +85,11 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
             logger.warning(
                 "Socket closed, to come back: the channel layer is unavailable (%r)", exc
             )
+            # disconnect() will not run for this socket: its tasks end here, or a rejoiner would
+            # put the dead channel back into its groups for the life of the process.
+            for task in (self.renderer, self.rejoiner):
+                if task is not None:
+                    task.cancel()
             with suppress(Exception):  # the client may have gone already
                 if not self.accepted:  # a close code needs an open socket
                     await send({"type": "websocket.accept"})

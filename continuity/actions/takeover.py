@@ -75,9 +75,11 @@ def attempt_give_to_support(*, run: Run, reason: str) -> None:
     is as before it began. It counts as an interruption, so the page shows what it wrote while
     the question waits, but never dead-letters it: support is about to answer. The attempt
     learns it at its next fenced write or heartbeat, and ends without writing anything more."""
-    Run.objects.filter(pk=run.pk).update(
+    ended = Run.objects.filter(pk=run.pk, state=Run.State.RUNNING).update(
         state=Run.State.INTERRUPTED, ended_at=Now(), error=f"{TAKEN_OVER}: {reason}"
     )
+    if not ended:  # withdrawn or ended meanwhile: whoever did it has given its message back
+        return
     message = run.message
     message_bump(
         message_id=message.pk,
