@@ -51,6 +51,12 @@ def exchange_tokens(refs: ContextRefs, context: Context) -> list[int]:
     return sizes
 
 
+def exchanges_forgotten(exchanges: list[list[int]]) -> bool:
+    """Whether the person forgot a fact one of these exchanges stated, since they were read."""
+    ids = [pk for exchange in exchanges for pk in exchange]
+    return Message.objects.filter(pk__in=ids, forgotten_at__isnull=False).exists()
+
+
 def turns_of(exchanges: list[list[int]]) -> list[Turn]:
     ids = [pk for exchange in exchanges for pk in exchange]
     rows = Message.objects.filter(pk__in=ids).order_by("id").values_list("role", "text")

@@ -77,9 +77,12 @@ def memory_fact_forget(*, fact: MemoryFact) -> int:
     handoff or summary holds what was written from it gets a new version without those lines
     ("Forgotten by the user"), so no later context, summary or prompt has it. The messages stay
     on the page until the person deletes them."""
-    versions = MemoryFact.objects.filter(owner_id=fact.owner_id, key=fact.key)
-    values = [value for value in versions.values_list("value", flat=True) if value.strip()]
     with transaction.atomic():
+        # A reply's end stores its facts under this lock: none lands between the read and the
+        # delete, to bring the fact back.
+        owner_lock(fact.owner_id)
+        versions = MemoryFact.objects.filter(owner_id=fact.owner_id, key=fact.key)
+        values = [value for value in versions.values_list("value", flat=True) if value.strip()]
         statements = statements_of(owner_id=fact.owner_id, key=fact.key, values=values)
         deleted, _ = versions.delete()
         Message.objects.filter(pk__in=statements).update(forgotten_at=Now())

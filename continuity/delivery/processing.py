@@ -33,6 +33,7 @@ from ..context.assembly import (
 from ..context.compaction import (
     compaction_candidates,
     compaction_store,
+    exchanges_forgotten,
     summary_bounded,
     summary_room,
     turns_of,
@@ -493,6 +494,8 @@ def context_assemble(*, run: Run, message: Message, brain: Brain) -> Context:
             conversation_lock(run.conversation_id)
             run_lock_owned(run)
             if summary is not None:
+                if exchanges_forgotten(older):
+                    continue  # a forget during the brain's call: its summary quotes them
                 stored = compaction_store(
                     conversation_id=run.conversation_id,
                     covers_through_id=older[-1][0],

@@ -8,6 +8,7 @@ import json
 import pytest
 from django.db.models import Max
 
+from chat.brains.builtin import BuiltinBrain
 from continuity.context.assembly import run_context_text
 from continuity.context.handoffs import handoff_latest, handoff_write
 from continuity.context.memory import memory_fact_forget
@@ -112,3 +113,28 @@ def test_forgetting_removes_the_facts_lines_and_its_stated_sentence_only(user):
         assert latest.reason == Handoff.Reason.FORGOTTEN
         assert latest.current_state == "Working on: a week in Lisbon"
         assert latest.critical_context == "Flights to Lisbon"
+
+
+@pytest.mark.django_db
+def test_a_forget_during_a_compaction_keeps_the_fact_out_of_its_summary(
+    user, settings, monkeypatch
+):
+    settings.CONTINUITY_HISTORY_EXCHANGES = 1
+    settings.CONTINUITY_CONTEXT_TOKENS = 200
+    chat = ConversationFactory(owner=user)
+    answer(chat, "My name is Ada Quill.")
+    summarized = BuiltinBrain.summarize
+
+    def forgotten_meanwhile(self, turns, previous_summary):
+        if MemoryFact.objects.filter(owner=user, key="name").exists():
+            memory_fact_forget(fact=MemoryFact.objects.get(owner=user, key="name"))
+        return summarized(self, turns, previous_summary)
+
+    monkeypatch.setattr(BuiltinBrain, "summarize", forgotten_meanwhile)
+    for number in range(1, 4):
+        answer(chat, f"I like rye number {number}. Remember that batch {number} rose well.")
+
+    assert not MemoryFact.objects.filter(owner=user, key="name").exists()
+    assert Summary.objects.filter(conversation=chat).exists()
+    for summary in Summary.objects.filter(conversation=chat):
+        assert "Ada" not in summary.text
