@@ -114,6 +114,7 @@ class FactTraces:
     mention: re.Pattern
     entry: re.Pattern
     sentences: list[str]
+    stated_in: set[int]  # the conversations the stating messages are in
 
     def in_line(self, line: str) -> bool:
         said = folded(line)
@@ -144,12 +145,15 @@ def fact_traces(*, key: str, values: list[str], statements: list[int]) -> FactTr
     either = "|".join(re.escape(value) for value in values)
     # Whole words, whatever the value starts or ends with ("C++", "tea.").
     mention = re.compile(rf"(?<!\w)(?:{either})(?!\w)", re.IGNORECASE)
-    texts = Message.objects.filter(pk__in=statements).values_list("text", flat=True)
-    stated = [each for text in texts for each in SENTENCE_END.split(text) if mention.search(each)]
+    found = list(Message.objects.filter(pk__in=statements).values_list("conversation_id", "text"))
+    stated = [
+        each for _, text in found for each in SENTENCE_END.split(text) if mention.search(each)
+    ]
     return FactTraces(
         mention=mention,
         entry=re.compile(rf"^\W*{re.escape(key)}\s*[:=]\s*(?:{either})\W*$", re.IGNORECASE),
         sentences=[sentence for sentence in map(folded, stated) if sentence],
+        stated_in={conversation_id for conversation_id, _ in found},
     )
 
 
@@ -177,9 +181,6 @@ def traces_forget(*, owner_id: int, key: str, values: list[str], statements: lis
             reason=Handoff.Reason.FORGOTTEN,
             edit=lambda sections: {name: traces.without(text) for name, text in sections.items()},
         )
-    stated_in = set(
-        Message.objects.filter(pk__in=statements).values_list("conversation_id", flat=True)
-    )
     summarized = Q()
     for value in values:
         summarized |= Q(text__icontains=value)
@@ -190,7 +191,7 @@ def traces_forget(*, owner_id: int, key: str, values: list[str], statements: lis
             latest = summary_latest(conversation_id=conversation_id)
             if latest is None:
                 continue
-            text = traces.without(latest.text, mentions_too=conversation_id in stated_in)
+            text = traces.without(latest.text, mentions_too=conversation_id in traces.stated_in)
             if text == latest.text:
                 continue
             summary_write(
