@@ -65,7 +65,8 @@ def turns_of(exchanges: list[list[int]]) -> list[Turn]:
 
 # The first line of a summary whose oldest points were dropped to keep it within its share.
 POINTS_DROPPED = "(Older points were dropped to keep this summary within its budget.)"
-SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+# Where a sentence ends: after its stop and the space that follows, or at a line's end.
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 
 
 def summary_room(*, context: Context, older: list[list[int]], budget: int) -> int:

@@ -17,7 +17,7 @@ from django.db.models.functions import Now
 
 from ..models import Checkpoint, Handoff, MemoryFact, Message, Summary
 from .assembly import summary_latest
-from .compaction import summary_write
+from .compaction import SENTENCE_END, summary_write
 from .handoffs import conversation_row_lock, handoff_revise
 
 
@@ -128,9 +128,6 @@ class FactTraces:
             for line in text.splitlines()
             if not (self.in_line(line) or (mentions_too and self.mention.search(line)))
         )
-
-
-SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 
 
 def folded(text: str) -> str:
