@@ -8,16 +8,13 @@ from __future__ import annotations
 
 import logging
 import time
-import traceback
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from functools import partial
 from threading import Event
 
 from django.conf import settings
-from django.core.exceptions import ValidationError
-from django.db import InterfaceError, OperationalError, connection, transaction
+from django.db import transaction
 
 from .. import store
 from ..brains import CUT_OFF, Brain, Context, brain_class, brain_load
@@ -42,44 +39,27 @@ from ..context.handoffs import handoff_changes
 from ..context.recoveries import recovery_note, recovery_record
 from ..context.tokens import context_budget
 from ..errors import (
-    CONTEXT_TOO_LONG,
-    DATABASE_LOST,
-    MODEL_BUSY,
-    MODEL_UNAVAILABLE,
     AttemptStopped,
     BackendBusy,
-    BackendUnavailable,
-    ContextTooLong,
     EmptyReply,
     NextAttemptFailed,
-    PermanentError,
     WorkerStopping,
 )
 from ..live.events import publish_conversation_changed, publish_reply_chunk
 from ..models import Conversation, Message, Run
 from ..ops.faults import fault_point
 from ..store import runs
-from .attempts.failures import attempt_end, conversation_wait_for_model
-from .attempts.finish import Finished, attempt_finish
-from .attempts.lease import attempt_begin, attempt_start, attempt_withdraw
+from .attempts.failures import attempt_failed, conversation_wait_for_model
+from .attempts.finish import reply_committing, reply_finish
+from .attempts.lease import Lease, attempt_open, attempt_withdraw, lease_taken
 from .attempts.locking import conversation_lock, fence_held, run_lock_owned
-from .backends import (
-    backend_answered,
-    backend_down,
-    backend_failed,
-    backend_queue_release,
-    backend_slot,
-)
+from .backends import backend_answered, backend_down, backend_slot
 from .drains import conversation_enqueue
-from .heartbeats import RunHeartbeat, outage_note
+from .heartbeats import RunHeartbeat
 from .inbox import title_from_text
 from .workers import attempt_key_write
 
 logger = logging.getLogger(__name__)
-# Failures that the same input will hit again on every retry: dead-letter at once.
-PERMANENT_ERRORS = (PermanentError, ValidationError)
-# The database went away (restart, failover, network) or timed out: not the message's fault.
-DATABASE_ERRORS = (OperationalError, InterfaceError)
 
 
 def drain_conversation(*, conversation_id: int, node: str = "") -> None:
@@ -92,9 +72,9 @@ def drain_conversation(*, conversation_id: int, node: str = "") -> None:
     try:
         begun = attempt_first(conversation_id=conversation_id, node=node)
         while begun is not None:
-            finished = attempt_execute(begun=begun, node=node, slice_ends=slice_ends)
-            begun = finished.next_begun
-            if finished.more_pending:
+            outcome = attempt_execute(begun=begun, node=node, slice_ends=slice_ends)
+            begun = outcome.next_begun
+            if outcome.more_pending:
                 # More wait, and no drain was sent for them: answer the next one here, unless
                 # the slice ran out since the reply was stored (the title took it).
                 if time.monotonic() >= slice_ends:
@@ -119,62 +99,46 @@ class Begun:
     context: Context | None  # None when it needs compacting first
 
 
-class Preparation:
-    """The `reads` and `on_begin` of an attempt: what it reads in the round trip that begins
-    it, and its `Begun`, prepared from what they found inside the transaction that begins it."""
+@dataclass(frozen=True)
+class Outcome:
+    """How an attempt left the conversation's queue."""
 
-    def __init__(self) -> None:
-        self.begun: Begun | None = None
-        self.checkpoints: store.Query[dict[str, dict]] | None = None
-        self.context: ContextReads | None = None
-
-    def reads(self, message: Message) -> list[store.Query]:
-        """The checkpoints earlier attempts stored for the message (those steps are not run
-        again), then its context. Read on every attempt, as no count on the message says for
-        sure whether one ran before: a model server's outage gives its attempts back
-        uncounted."""
-        self.checkpoints = runs.checkpoints_stored(message_id=message.pk)
-        self.context = context_reads(message=message)
-        return [self.checkpoints, *self.context]
-
-    def __call__(self, run: Run, message: Message, found: store.Found) -> None:
-        fault_point("attempt_locked")
-        budget = context_budget(brain_class(message.conversation.brain))
-        context = context_prepare(
-            run=run, message=message, reads=self.context, found=found, budget=budget
-        )
-        self.begun = Begun(
-            run=run,
-            brain_name=message.conversation.brain,
-            stored=found[self.checkpoints],
-            context=context,
-        )
+    # More wait, no drain was sent for them and none began: the caller answers the next.
+    more_pending: bool = False
+    # The attempt on the next message, begun in the transaction that stored the reply.
+    next_begun: Begun | None = None
 
 
 def attempt_first(*, conversation_id: int, node: str) -> Begun | None:
     """Begin an attempt on the conversation's oldest pending message, if one may begin now."""
-    preparation = Preparation()
-    run = attempt_begin(
-        conversation_id=conversation_id,
-        node=node,
-        reads=preparation.reads,
-        on_begin=preparation,
-    )
-    return preparation.begun if run is not None else None
+    with lease_taken(conversation_id) as lease:
+        return attempt_prepared(lease, node=node)
 
 
-def attempt_next(conversation: Conversation, message: Message, *, node: str) -> Begun | None:
-    """Inside the transaction that stores the previous reply (`attempt_finish`): begin the
-    attempt on the next message."""
-    preparation = Preparation()
-    attempt_start(
-        conversation=conversation,
-        message=message,
-        node=node,
-        reads=preparation.reads,
-        on_begin=preparation,
+def attempt_prepared(lease: Lease, *, node: str) -> Begun | None:
+    """Inside the transaction that read the `lease` (`lease_taken`, or the one that stores
+    the previous reply): begin the attempt on its message, if any, and prepare what it needs.
+    In the round trip that begins it, it reads the checkpoints earlier attempts stored for the
+    message (those steps are not run again), then its context: on every attempt, as no count
+    on the message says for sure whether one ran before (a model server's outage gives its
+    attempts back uncounted)."""
+    message = lease.message
+    if message is None:
+        return None
+    checkpoints = runs.checkpoints_stored(message_id=message.pk)
+    message.conversation = lease.conversation  # the context's reads need its owner
+    reads = context_reads(message=message)
+    run, found = attempt_open(
+        conversation=lease.conversation, message=message, node=node, reads=[checkpoints, *reads]
     )
-    return preparation.begun
+    fault_point("attempt_locked")
+    budget = context_budget(brain_class(lease.conversation.brain))
+    return Begun(
+        run=run,
+        brain_name=lease.conversation.brain,
+        stored=found[checkpoints],
+        context=context_prepare(run=run, message=message, reads=reads, found=found, budget=budget),
+    )
 
 
 def attempt_ready(begun: Begun, *, stopping: bool) -> Brain | None:
@@ -207,108 +171,78 @@ def attempt_resumes(*, run: Run, message: Message) -> bool:
     return run.attempt > 1 or message.interruptions > 0
 
 
-def attempt_execute(*, begun: Begun, node: str = "", slice_ends: float = 0.0) -> Finished[Begun]:
+def attempt_execute(*, begun: Begun, node: str = "", slice_ends: float = 0.0) -> Outcome:
     """Run the attempt's steps and store its reply. `slice_ends` (on the monotonic clock): when
     the drain's slice ends. Until then, the attempt on the next message begins with the reply
     (unless the reply may title the conversation: a model call, made after the commit), or
     more waiting messages are left to the caller."""
-    run, context = begun.run, begun.context
-    answered, finished = False, Finished()
+    run = begun.run
     # The row's heartbeat first: the key's write may wait out Redis's retries (a failover), and
     # a row left stale that long, with no key, is reaped as a crash.
     with RunHeartbeat(run.pk, key_written=True) as heartbeat:
         stopping = attempt_key_write(run_id=run.pk, node=node)
         brain = attempt_ready(begun, stopping=stopping)
         if brain is None:
-            return finished
+            return Outcome()
         try:
             answer = steps_run(
                 run=run,
                 brain=brain,
                 stopped=heartbeat.stopped,
                 stored=begun.stored,
-                context=context,
+                context=begun.context,
             )
-            context = answer.context
-            finish = partial(
-                attempt_finish,
-                run=run,
-                reply_text=answer.text,
-                cut_off=answer.cut_off,
-                handoff_changes=answer.handoff_changes,
-                remembered=answer.remembered,
-                follow_up=time.monotonic() >= slice_ends,
+            outcome = reply_commit(
+                run=run, answer=answer, node=node, follow_up=time.monotonic() >= slice_ends
             )
-            try:
-                finished = finish(
-                    begin_next=None if title_due(context) else partial(attempt_next, node=node)
-                )
-            except NextAttemptFailed:
-                logger.warning("Reply of attempt %s stored alone", run.pk, exc_info=True)
-                finished = finish()
-            answered = heartbeat.completed = True
-        except AttemptStopped as stop:
-            logger.info("Attempt stopped: %s", stop)
-        except ContextTooLong as exc:
-            # Not the message's fault, nor the server's: the next attempt compacts to fit (a
-            # refusal that teaches nothing new is a PermanentError instead: no loop).
-            attempt_end_recorded(
-                run,
-                heartbeat.stopped,
-                state=Run.State.INTERRUPTED,
-                error=f"{CONTEXT_TOO_LONG}: {exc}",
-                counted=False,
-            )
-        except BackendBusy as exc:
-            # The server answers others: given back uncounted, and the conversation waits its
-            # turn in the server's queue (a freed slot releases the queue's first) or `wait`.
-            attempt_end_recorded(
-                run,
-                heartbeat.stopped,
-                state=Run.State.INTERRUPTED,
-                error=f"{MODEL_BUSY}: {exc}",
-                wait=exc.wait,
-                counted=False,
-            )
-            backend_queue_release(exc.backend, limit=exc.limit)
-        except BackendUnavailable as exc:
-            # The model server's fault, not the message's: given back, and the conversation
-            # waits the server's backoff. Within an outage (the server is marked unavailable)
-            # the give-back is not even counted as an interruption.
-            down = backend_failed(exc.backend, reason=str(exc), retry_after=exc.retry_after)
-            attempt_end_recorded(
-                run,
-                heartbeat.stopped,
-                state=Run.State.INTERRUPTED,
-                error=f"{MODEL_UNAVAILABLE}: {exc}",
-                wait=down.wait,
-                counted=not down.unavailable,
-            )
-        except DATABASE_ERRORS as exc:
-            # Given back like a planned interruption: no crash, no attempt used up.
-            recorded = attempt_end_recorded(
-                run,
-                heartbeat.stopped,
-                state=Run.State.INTERRUPTED,
-                error=f"{DATABASE_LOST}: {type(exc).__name__}: {exc}",
-            )
-            if not recorded:
-                outage_note(run.pk)  # the watchdog then ends it as interrupted
-        except Exception as exc:  # any failure of a step is recorded, then retried or given up
-            attempt_end_recorded(
-                run,
-                heartbeat.stopped,
-                state=Run.State.FAILED,
-                error=f"{type(exc).__name__}: {exc}",
-                traceback=traceback.format_exc(),
-                permanent=isinstance(exc, PERMANENT_ERRORS),
-            )
-    if answered:  # after the heartbeat stopped: the attempt is over
+            heartbeat.completed = True
+        except Exception as error:  # any failure of a step is recorded, then retried or given up
+            attempt_failed(run=run, error=error, stopped=heartbeat.stopped)
+            return Outcome()
+    try:  # after the heartbeat stopped: the attempt is over
+        conversation_title(context=answer.context, brain=brain, reply=answer.text)
+    except Exception:  # the answer is committed; a title is not worth failing for
+        logger.warning("Conversation %s not titled", run.conversation_id, exc_info=True)
+    return outcome
+
+
+def reply_commit(*, run: Run, answer: Answer, node: str, follow_up: bool) -> Outcome:
+    """Store the reply; with `follow_up` False, begin the attempt on the next message in its
+    transaction, unless the reply may title the conversation (`title_due`). When that attempt
+    cannot begin, the reply is stored alone: the next message's trouble must not cost it."""
+    lease_next = not (follow_up or title_due(answer.context))
+    try:
+        return reply_stored(
+            run=run, answer=answer, node=node, follow_up=follow_up, lease_next=lease_next
+        )
+    except NextAttemptFailed:
+        logger.warning("Reply of attempt %s stored alone", run.pk, exc_info=True)
+        return reply_stored(
+            run=run, answer=answer, node=node, follow_up=follow_up, lease_next=False
+        )
+
+
+def reply_stored(
+    *, run: Run, answer: Answer, node: str, follow_up: bool, lease_next: bool
+) -> Outcome:
+    """The reply's transaction (`reply_finish`), and the attempt on the next message begun in
+    it, when it may: NextAttemptFailed, with nothing stored, when that attempt failed."""
+    with reply_committing():
+        finished = reply_finish(
+            run=run,
+            reply_text=answer.text,
+            cut_off=answer.cut_off,
+            handoff_changes=answer.handoff_changes,
+            remembered=answer.remembered,
+            follow_up=follow_up,
+            lease_next=lease_next,
+        )
+        if finished.next is None:
+            return Outcome(more_pending=finished.more_pending)
         try:
-            conversation_title(context=context, brain=brain, reply=answer.text)
-        except Exception:  # the answer is committed; a title is not worth failing for
-            logger.warning("Conversation %s not titled", run.conversation_id, exc_info=True)
-    return finished
+            return Outcome(next_begun=attempt_prepared(finished.next, node=node))
+        except Exception as exc:
+            raise NextAttemptFailed(f"Attempt {run.pk}: the next attempt did not begin.") from exc
 
 
 def title_due(context: Context) -> bool:
@@ -370,35 +304,6 @@ def conversation_title(*, context: Context, brain: Brain, reply: str) -> None:
         publish_conversation_changed(
             conversation_id=context.conversation_id, owner_id=context.owner_id
         )
-
-
-def attempt_end_recorded(run: Run, stopped: Event, **end: object) -> bool:
-    """`attempt_end` of the run, recorded even if the database is away for a while."""
-    return record_when_database_returns(partial(attempt_end, run_id=run.pk, **end), stopped=stopped)
-
-
-def record_when_database_returns(record: Callable[[], object], *, stopped: Event) -> bool:
-    """Record how an attempt ended, on a fresh connection, retrying while the database is away;
-    False if it gave up.
-
-    The heartbeat keeps the attempt's Redis key alive meanwhile, so the watchdog does not take
-    the attempt for crashed. After CONTINUITY_DATABASE_RETRY_SECONDS it gives up: the attempt
-    then ends unrecorded, and the watchdog reaps it once its heartbeat lapses.
-    """
-    deadline = time.monotonic() + settings.CONTINUITY_DATABASE_RETRY_SECONDS
-    pause = 0.25  # then 0.5, then every second: a failover is over in about one
-    while True:
-        connection.close()  # the failed connection is unusable; never record through it
-        try:
-            record()
-            return True
-        except DATABASE_ERRORS:
-            if stopped.is_set() or time.monotonic() + pause > deadline:
-                logger.exception("Could not record the end of an attempt; the watchdog will")
-                return False
-            logger.warning("Database unavailable; retrying in %.2f s", pause)
-            time.sleep(pause)
-            pause = min(pause * 2, 1.0)
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from chat.branch_views import CONTINUE_TEXT
 from continuity.actions import conversation_delete, conversation_take_over
 from continuity.context.tokens import context_budget, tokens_estimate
 from continuity.delivery import processing
+from continuity.delivery.attempts import failures
 from continuity.delivery.backends import (
     backend_down,
     backend_misconfigured,
@@ -511,7 +512,7 @@ def test_a_busy_give_back_committed_after_the_slot_was_freed_goes_on_at_once(ser
     freed = threading.Event()
     slot = backend_slot(backend, limit=1)
     assert slot.__enter__()  # another worker's reply
-    end = processing.attempt_end_recorded
+    end = failures.attempt_end_recorded
 
     def ended_after_the_release(run, stopped, **ended):
         # The other reply ends between this attempt's failed take and its give-back's commit:
@@ -520,7 +521,7 @@ def test_a_busy_give_back_committed_after_the_slot_was_freed_goes_on_at_once(ser
         freed.set()
         return end(run, stopped, **ended)
 
-    with patch.object(processing, "attempt_end_recorded", ended_after_the_release):
+    with patch.object(failures, "attempt_end_recorded", ended_after_the_release):
         drain_conversation(conversation_id=chat.pk)
 
     assert freed.is_set()

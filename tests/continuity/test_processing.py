@@ -470,11 +470,11 @@ def test_an_attempt_whose_beginning_meets_a_database_error_is_noted_as_an_outage
 
 
 def test_an_attempt_begins_only_where_a_lost_commit_would_be_noted(conversation):
-    from continuity.delivery.attempts.lease import attempt_start
+    from continuity.delivery.attempts.lease import attempt_open
 
     message = send(conversation, "hello")
     with pytest.raises(RuntimeError, match="attempts_committing"):
-        attempt_start(conversation=conversation, message=message, node="")
+        attempt_open(conversation=conversation, message=message, node="")
     assert not Run.objects.exists()
 
 
@@ -488,7 +488,7 @@ def test_a_commit_whose_answer_was_lost_costs_the_next_message_nothing(
     crash)."""
     from django.db import OperationalError, transaction
 
-    from continuity.delivery.attempts import finish
+    from continuity.delivery import processing
     from continuity.delivery.heartbeats import key_delete, run_key
     from continuity.delivery.watchdog import watchdog_tick
     from continuity.models import CrashRecord
@@ -497,16 +497,16 @@ def test_a_commit_whose_answer_was_lost_costs_the_next_message_nothing(
     send(conversation, "hello")
     drain_conversation(conversation_id=conversation.pk)  # a first exchange may be titled
     first, second = send(conversation, "note number 1"), send(conversation, "note number 2")
-    reply_and_next = finish.reply_and_next
+    reply_finish = processing.reply_finish
 
     def answer_lost(**kwargs):
         def lost() -> None:
             raise OperationalError("server closed the connection unexpectedly")
 
         transaction.on_commit(lost)  # runs once the commit took, as the answer goes missing
-        return reply_and_next(**kwargs)
+        return reply_finish(**kwargs)
 
-    monkeypatch.setattr(finish, "reply_and_next", answer_lost)
+    monkeypatch.setattr(processing, "reply_finish", answer_lost)
     drain_conversation(conversation_id=conversation.pk)
     monkeypatch.undo()
 

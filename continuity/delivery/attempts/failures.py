@@ -6,10 +6,17 @@ died."""
 from __future__ import annotations
 
 import logging
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from datetime import timedelta
+from functools import partial
+from threading import Event
 
 from django.conf import settings
-from django.db import transaction
+from django.core.exceptions import ValidationError
+from django.db import InterfaceError, OperationalError, connection, transaction
 from django.db.models import ExpressionWrapper
 from django.db.models.functions import Now
 
@@ -18,14 +25,22 @@ from ...context.handoffs import (
 )
 from ...database.clock import db_now_plus
 from ...errors import (
+    CONTEXT_TOO_LONG,
     DATABASE_LOST,
     MODEL_BUSY,
+    MODEL_UNAVAILABLE,
+    AttemptStopped,
+    BackendBusy,
+    BackendUnavailable,
+    ContextTooLong,
+    PermanentError,
 )
 from ...live.events import publish_conversation_changed, publish_message_changed
 from ...models import Conversation, CrashRecord, Handoff, Message, Run
+from ..backends import backend_failed, backend_queue_release
 from ..dead_letters import dead_letter_create
 from ..drains import conversation_enqueue
-from ..heartbeats import outages_noted, stale_before
+from ..heartbeats import outage_note, outages_noted, stale_before
 from ..inbox import message_bump
 from ..pauses import conversation_pause
 from .locking import conversation_lock
@@ -34,6 +49,106 @@ logger = logging.getLogger(__name__)
 
 
 CRASH_ERROR = "Heartbeat stopped: the worker process died or hung."
+
+
+# Failures that the same input will hit again on every retry: dead-letter at once.
+PERMANENT_ERRORS = (PermanentError, ValidationError)
+# The database went away (restart, failover, network) or timed out: not the message's fault.
+DATABASE_ERRORS = (OperationalError, InterfaceError)
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What an attempt's failure costs: how `attempt_end` ends it."""
+
+    state: str
+    error: str
+    counted: bool = True  # towards the message's cap of interruptions
+    wait: float | None = None  # seconds the conversation waits for its model server
+    permanent: bool = False  # dead-lettered at once
+    traceback: str = ""
+
+
+def failure_cost(error: Exception) -> Cost | None:
+    """What the exception that ended an attempt costs the message; None for an attempt that
+    was stopped (whoever stopped it ended it). A model server that failed is marked so here:
+    its backoff is the conversation's wait."""
+    match error:
+        case AttemptStopped():
+            return None
+        case ContextTooLong():
+            # Not the message's fault, nor the server's: the next attempt compacts to fit (a
+            # refusal that teaches nothing new is a PermanentError instead: no loop).
+            return Cost(Run.State.INTERRUPTED, f"{CONTEXT_TOO_LONG}: {error}", counted=False)
+        case BackendBusy():
+            # The server answers others: the conversation waits its turn in the server's queue
+            # (a freed slot releases the queue's first) or `wait`.
+            return Cost(
+                Run.State.INTERRUPTED, f"{MODEL_BUSY}: {error}", counted=False, wait=error.wait
+            )
+        case BackendUnavailable():
+            # The conversation waits the server's backoff. Within an outage (the server is
+            # marked unavailable) the give-back is not even counted as an interruption.
+            down = backend_failed(error.backend, reason=str(error), retry_after=error.retry_after)
+            return Cost(
+                Run.State.INTERRUPTED,
+                f"{MODEL_UNAVAILABLE}: {error}",
+                counted=not down.unavailable,
+                wait=down.wait,
+            )
+        case OperationalError() | InterfaceError():
+            # Given back like a planned interruption: no crash, no attempt used up.
+            return Cost(Run.State.INTERRUPTED, f"{DATABASE_LOST}: {type(error).__name__}: {error}")
+    return Cost(
+        Run.State.FAILED,
+        f"{type(error).__name__}: {error}",
+        permanent=isinstance(error, PERMANENT_ERRORS),
+        traceback="".join(traceback.format_exception(error)),
+    )
+
+
+def attempt_failed(*, run: Run, error: Exception, stopped: Event) -> None:
+    """End the attempt that `error` stopped, at its `failure_cost`: then it is retried, given
+    back or given up."""
+    cost = failure_cost(error)
+    if cost is None:
+        logger.info("Attempt stopped: %s", error)
+        return
+    recorded = attempt_end_recorded(run, stopped, **asdict(cost))
+    if isinstance(error, BackendBusy):
+        # After the give-back committed: the queue's first may be this conversation.
+        backend_queue_release(error.backend, limit=error.limit)
+    elif not recorded and isinstance(error, DATABASE_ERRORS):
+        outage_note(run.pk)  # the watchdog then ends it as interrupted
+
+
+def attempt_end_recorded(run: Run, stopped: Event, **end: object) -> bool:
+    """`attempt_end` of the run, recorded even if the database is away for a while."""
+    return record_when_database_returns(partial(attempt_end, run_id=run.pk, **end), stopped=stopped)
+
+
+def record_when_database_returns(record: Callable[[], object], *, stopped: Event) -> bool:
+    """Record how an attempt ended, on a fresh connection, retrying while the database is away;
+    False if it gave up.
+
+    The heartbeat keeps the attempt's Redis key alive meanwhile, so the watchdog does not take
+    the attempt for crashed. After CONTINUITY_DATABASE_RETRY_SECONDS it gives up: the attempt
+    then ends unrecorded, and the watchdog reaps it once its heartbeat lapses.
+    """
+    deadline = time.monotonic() + settings.CONTINUITY_DATABASE_RETRY_SECONDS
+    pause = 0.25  # then 0.5, then every second: a failover is over in about one
+    while True:
+        connection.close()  # the failed connection is unusable; never record through it
+        try:
+            record()
+            return True
+        except DATABASE_ERRORS:
+            if stopped.is_set() or time.monotonic() + pause > deadline:
+                logger.exception("Could not record the end of an attempt; the watchdog will")
+                return False
+            logger.warning("Database unavailable; retrying in %.2f s", pause)
+            time.sleep(pause)
+            pause = min(pause * 2, 1.0)
 
 
 def backoff_delay(failures: int) -> timedelta:

@@ -4,30 +4,24 @@ attempt (also the stopped reply a person or staff ask for: `actions.replies`).""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Generic, TypeVar
 
 from django.db import transaction
 
 from ... import store
 from ...context.handoffs import handoff_after_reply
 from ...context.memory import memory_remember_all
-from ...errors import (
-    NextAttemptFailed,
-)
 from ...live.events import publish_message_changed
 from ...models import Conversation, Message, Run
 from ...ops.faults import fault_point
 from ...store import contexts, conversations, messages, runs
 from ..drains import conversation_enqueue
-from .lease import attempts_committing, next_attempt_of
+from .lease import Lease, attempts_committing, lease_of
 from .locking import fence_held
 
 logger = logging.getLogger(__name__)
-
-
-B = TypeVar("B")
 
 
 @dataclass(frozen=True)
@@ -85,13 +79,25 @@ def reply_store(
 
 
 @dataclass(frozen=True)
-class Finished(Generic[B]):
-    """How `attempt_finish` left the conversation's queue."""
+class Finished:
+    """How the reply's end left the conversation's queue."""
 
-    # More wait, no drain was sent for them and none began: the caller answers the next.
+    # More wait, no drain was sent for them, and their lease was not read: the caller answers
+    # the next.
     more_pending: bool = False
-    # The attempt on the next message, begun in the transaction that stored the reply.
-    next_begun: B | None = None
+    # With `lease_next`, when more wait: the lease as the reply's transaction left it. An
+    # attempt on its `message` may begin in that transaction (`attempt_open`).
+    next: Lease | None = None
+
+
+@contextmanager
+def reply_committing() -> Iterator[None]:
+    """The transaction that stores a reply (`reply_finish`), and may begin the attempt on the
+    next message: one commit, and its flush to disk, fewer per message. That attempt's
+    counter still commits before any of its work."""
+    with attempts_committing():
+        yield
+    fault_point("after_reply_committed")
 
 
 def attempt_finish(
@@ -102,53 +108,46 @@ def attempt_finish(
     handoff_changes: dict | None = None,
     remembered: dict[str, str] | None = None,
     follow_up: bool = True,
-    begin_next: Callable[[Conversation, Message], B | None] | None = None,
-) -> Finished[B]:
-    """Store the reply, mark the message done and the run completed, in one transaction, with
-    the handoff after the reply: written once, even when an earlier attempt got this far.
-    `remembered`: the facts of the last step, stored with its checkpoint in that transaction
-    (no step follows it); None when an earlier attempt stored them.
-
-    With `follow_up` False, more waiting messages are left to the caller; with `begin_next`
-    too, the attempt on the next one begins in the same transaction (`begin_next` calls
-    `attempt_start`, or takes the attempt back and returns None): one commit, and its flush
-    to disk, fewer per message. Its counter still commits before any of its work. When it
-    fails, NextAttemptFailed: nothing was stored, and the caller stores the reply alone."""
-    with attempts_committing():
-        finished = reply_and_next(
+) -> Finished:
+    """Store the reply in a transaction of its own (`reply_finish`)."""
+    with reply_committing():
+        return reply_finish(
             run=run,
             reply_text=reply_text,
             cut_off=cut_off,
             handoff_changes=handoff_changes,
             remembered=remembered,
             follow_up=follow_up,
-            begin_next=begin_next,
         )
-    fault_point("after_reply_committed")
-    return finished
 
 
-def reply_and_next(
+def reply_finish(
     *,
     run: Run,
     reply_text: str,
-    cut_off: bool,
-    handoff_changes: dict | None,
-    remembered: dict[str, str] | None,
-    follow_up: bool,
-    begin_next: Callable[[Conversation, Message], B | None] | None,
-) -> Finished[B]:
-    """`attempt_finish`'s transaction: the reply, and the attempt on the next message."""
+    cut_off: bool = False,
+    handoff_changes: dict | None = None,
+    remembered: dict[str, str] | None = None,
+    follow_up: bool = True,
+    lease_next: bool = False,
+) -> Finished:
+    """Inside `reply_committing`: store the reply, mark the message done and the run
+    completed, with the handoff after the reply: written once, even when an earlier attempt
+    got this far. `remembered`: the facts of the last step, stored with its checkpoint here
+    (no step follows it); None when an earlier attempt stored them.
+
+    With `follow_up` False, more waiting messages are left to the caller; with `lease_next`
+    too, the next one's lease is read under the reply's lock, in its round trip."""
     first = []
     if remembered is not None:
         first.append(runs.checkpoint_insert(run=run, name="remember", output={"facts": remembered}))
     latest_handoff = contexts.handoff_latest(conversation_id=run.conversation_id)
     then = [latest_handoff]
-    lease = None
-    if begin_next is not None and not follow_up:
+    next_message = None
+    if lease_next and not follow_up:
         # The conversation is locked, and read, by the reply's first statement.
-        lease = messages.lease_and_next(run.conversation_id)
-        then.append(lease)
+        next_message = messages.lease_and_next(run.conversation_id)
+        then.append(next_message)
     stored = reply_store(
         run=run,
         text=reply_text,
@@ -163,11 +162,6 @@ def reply_and_next(
             owner_id=run.conversation.owner_id, message_id=run.message_id, facts=remembered
         )
     handoff_after_reply(run=run, changes=handoff_changes, latest=stored.found[latest_handoff])
-    if lease is None or not stored.more_pending:
+    if next_message is None or not stored.more_pending:
         return Finished(more_pending=stored.more_pending and not follow_up)
-    conversation, message, _ = next_attempt_of(stored.conversation, stored.found[lease])
-    try:
-        begun = begin_next(conversation, message) if message is not None else None
-    except Exception as exc:  # the next message's trouble must not cost this reply
-        raise NextAttemptFailed(f"Attempt {run.pk}: the next attempt did not begin.") from exc
-    return Finished(next_begun=begun)
+    return Finished(next=lease_of(stored.conversation, stored.found[next_message]))

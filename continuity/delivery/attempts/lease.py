@@ -3,9 +3,10 @@ index allows one per conversation), counted on the message before any of its wor
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass
 
 from django.db import InterfaceError, OperationalError, transaction
 
@@ -19,11 +20,6 @@ from ..workers import current_incarnation
 from .failures import runs_reap
 from .locking import worker_identity
 
-# What an attempt reads in the round trip that begins it (`attempt_begin`'s `reads`), and
-# how it is given what they found (`on_begin`).
-Reads = Callable[[Message], Sequence[store.Query]]
-OnBegin = Callable[[Run, Message, store.Found], object]
-
 
 def pending_messages(conversation_id: int):
     return Message.objects.filter(conversation_id=conversation_id).waiting().order_by("id")
@@ -35,7 +31,7 @@ _begun_here: ContextVar[list[int] | None] = ContextVar("attempts_begun_here", de
 
 @contextmanager
 def attempts_committing() -> Iterator[None]:
-    """The outermost transaction of a worker in which attempts may begin (`attempt_start`).
+    """The outermost transaction of a worker in which attempts may begin (`attempt_open`).
 
     When a database error ends it, its commit's answer may be what was lost: a COMMIT sent with
     the transaction's last statements (`store.round_trip`) or at the block's exit reaches the
@@ -68,86 +64,55 @@ def database_lost(error: BaseException | None) -> bool:
     return False
 
 
-def attempt_begin(
-    *,
-    conversation_id: int,
-    node: str = "",
-    reads: Reads | None = None,
-    on_begin: OnBegin | None = None,
-) -> Run | None:
-    """Start an attempt on the conversation's oldest pending message, or None when there is
-    nothing to do now (paused, backing off, empty, or another live attempt holds the lease).
-    `on_begin` runs in the same transaction, with the lease held: what it stores commits with
-    the attempt counter (one commit fewer per message). It is given what the `reads` of the
-    message found, in the round trip that opens the attempt."""
-    begun = None
+@dataclass(frozen=True)
+class Lease:
+    """The conversation's lease as it stood under the conversation's lock."""
+
+    conversation: Conversation | None  # as the lock read it
+    message: Message | None  # the message an attempt may begin on now, if any
+    held: bool  # another attempt holds the lease
+
+
+@contextmanager
+def lease_taken(conversation_id: int) -> Iterator[Lease]:
+    """The transaction in which an attempt may begin on the conversation's oldest pending
+    message (`attempt_open`): the conversation locked, and its lease read, in one round trip.
+    Its `message` is None when there is nothing to do now (paused, backing off, empty, or
+    another live attempt holds the lease). Once the transaction ends, a lease held by an
+    attempt whose heartbeat lapsed is reaped: its worker died."""
     with attempts_committing():
         lock = conversations.conversation_lock(conversation_id)
-        lease = messages.lease_and_next(conversation_id)
-        found = store.round_trip(lock, lease)
-        conversation, message, leased = next_attempt_of(found[lock], found[lease])
-        if message is not None:
-            begun = attempt_start(
-                conversation=conversation,
-                message=message,
-                node=node,
-                reads=reads,
-                on_begin=on_begin,
-            )
-    if begun is not None:
-        return begun
-    if leased:
-        # Another attempt holds the lease; if its heartbeat lapsed, its worker died. Asked once
-        # the lock is released: Redis may take a while to answer, and the lock blocks writers.
+        next_message = messages.lease_and_next(conversation_id)
+        found = store.round_trip(lock, next_message)
+        lease = lease_of(found[lock], found[next_message])
+        yield lease
+    if lease.held:
+        # Asked once the lock is released: Redis may take a while to answer, and the lock
+        # blocks writers.
         runs_reap(
             run_ids=stale_run_ids(Run.objects.filter(conversation_id=conversation_id)),
             detected_by=CrashRecord.Detector.DRAIN,
         )
-    return None
 
 
-def next_attempt_of(
-    conversation: Conversation | None, lease: messages.LeaseAndNext
-) -> tuple[Conversation | None, Message | None, bool]:
-    """From the conversation as its lock read it (`conversations.conversation_lock`, or
-    another statement that locks it as that one does) and the lease read after the lock: the
-    locked conversation, the message an attempt may begin on now (None when the conversation
-    is paused, backing off, empty, or another live attempt holds its lease), and whether one
-    does."""
-    if conversation is None or conversation.state != Conversation.State.ACTIVE:
-        return conversation, None, False
-    if lease.leased or conversation.backing_off:
-        return conversation, None, lease.leased
-    return conversation, lease.message, False
-
-
-def attempt_start(
-    *,
-    conversation: Conversation,
-    message: Message,
-    node: str,
-    reads: Reads | None = None,
-    on_begin: OnBegin | None = None,
-) -> Run:
-    """Inside the caller's transaction, with the conversation locked and its lease free: begin
-    the attempt on `message` (see `attempt_begin`)."""
-    begun_here = _begun_here.get()
-    if begun_here is None:  # its beginning's commit could be lost unnoted
-        raise RuntimeError("An attempt begins only inside attempts_committing().")
-    message.conversation = conversation  # the reads need its owner
-    run, read = attempt_open(
-        conversation=conversation,
-        message=message,
-        node=node,
-        reads=reads(message) if reads is not None else (),
-    )
-    begun_here.append(run.pk)
-    if on_begin is not None:
-        on_begin(run, message, read)
-    transaction.on_commit(
-        lambda: publish_message_changed(conversation_id=conversation.pk, message_id=message.pk)
-    )
+def attempt_begin(*, conversation_id: int, node: str = "") -> Run | None:
+    """Start an attempt on the conversation's oldest pending message, or None when there is
+    nothing to do now (`lease_taken`)."""
+    with lease_taken(conversation_id) as lease:
+        if lease.message is None:
+            return None
+        run, _ = attempt_open(conversation=lease.conversation, message=lease.message, node=node)
     return run
+
+
+def lease_of(conversation: Conversation | None, lease: messages.LeaseAndNext) -> Lease:
+    """From the conversation as its lock read it (`conversations.conversation_lock`, or
+    another statement that locks it as that one does) and the lease read after the lock."""
+    if conversation is None or conversation.state != Conversation.State.ACTIVE:
+        return Lease(conversation, None, held=False)
+    if lease.leased or conversation.backing_off:
+        return Lease(conversation, None, held=lease.leased)
+    return Lease(conversation, lease.message, held=False)
 
 
 @transaction.atomic
@@ -176,8 +141,13 @@ def attempt_open(
     node: str,
     reads: Sequence[store.Query] = (),
 ) -> tuple[Run, store.Found]:
-    """With the conversation locked: count the attempt on the message and take the lease, and
-    run `reads` in the same round trip. The run, and what was found."""
+    """Inside `lease_taken`'s transaction, with the conversation locked and its lease free:
+    count the attempt on `message` and take the lease, and run `reads` in the same round trip.
+    The run, and what its reads found. What the caller stores next in the transaction commits
+    with the attempt's counter (one commit fewer per message)."""
+    begun_here = _begun_here.get()
+    if begun_here is None:  # its beginning's commit could be lost unnoted
+        raise RuntimeError("An attempt begins only inside attempts_committing().")
     attempt = message.attempts + 1
     opened = runs.run_insert(
         conversation_id=conversation.pk,
@@ -192,7 +162,12 @@ def attempt_open(
         message_id=message.pk, attempts=attempt, state=Message.State.PROCESSING
     )
     found = store.round_trip(counted, opened, *reads)
+    message.conversation = conversation
     message.attempts, message.state = attempt, Message.State.PROCESSING
     run = found[opened]
     run.conversation, run.message = conversation, message
+    begun_here.append(run.pk)
+    transaction.on_commit(
+        lambda: publish_message_changed(conversation_id=conversation.pk, message_id=message.pk)
+    )
     return run, found
