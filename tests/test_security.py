@@ -17,7 +17,7 @@ from django.conf import settings
 from django.urls import reverse
 from django.utils import timezone
 
-from continuity.settings import local_secret_key
+from continuity.settings.security import local_secret_key
 from tests.helpers.factories import PASSWORD, ConversationFactory, UserFactory
 
 BASE_DIR = Path(__file__).resolve().parent.parent

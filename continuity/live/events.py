@@ -26,7 +26,7 @@ from redis.sentinel import Sentinel
 
 logger = logging.getLogger(__name__)
 
-REDIS_LAYER = "channels_redis.core.RedisChannelLayer"
+REDIS_LAYER = "continuity.live.layer.ChannelLayer"
 # Only what a stalled or unreachable Redis raises, caught on the publisher's own thread.
 PUBLISH_ERRORS = (redis.RedisError, OSError)
 
@@ -113,12 +113,12 @@ class Publisher:
     _STOP = object()
 
     def __init__(self) -> None:
-        from channels_redis.core import RedisChannelLayer
+        from .layer import ChannelLayer
 
         config = settings.CHANNEL_LAYERS["default"]["CONFIG"]
         if len(config["hosts"]) != 1:
             raise ImproperlyConfigured("Live updates need a channel layer with exactly one host.")
-        self.layer = RedisChannelLayer(**config)
+        self.layer = ChannelLayer(**config)
         self.timeout = settings.CONTINUITY_PUBLISH_TIMEOUT_SECONDS
         self.redis = redis_of(config["hosts"][0], timeout=self.timeout)
         self.paused_until = 0.0
@@ -236,8 +236,7 @@ def without_superseded(events: list[tuple[str, dict]]) -> list[tuple[str, dict]]
 
 
 # The keys of a channel-layer host that are the layer's own, or say where Redis is.
-LAYER_KEYS = ("address", "max_connections", "connection_class", "sentinels", "master_name",
-              "sentinel_kwargs")  # fmt: skip
+LAYER_KEYS = ("address", "max_connections", "sentinels", "master_name", "sentinel_kwargs")
 
 
 def redis_of(host: dict, *, timeout: float, retries: bool = False) -> redis.Redis:

@@ -177,11 +177,11 @@ def test_a_receive_cancelled_at_any_point_of_its_first_commands_ends():
     the event loop while its new connection says hello and it sends its first commands, ends
     at once. On Python 3.11 redis-py's write under asyncio.wait_for lost a cancellation that
     came as the write completed: the receive polled Redis forever and its consumer never ended
-    (layer_connection)."""
-    from channels_redis.core import RedisChannelLayer
+    (continuity.live.layer)."""
+    from continuity.live.layer import ChannelLayer
 
     async def cancelled_after(turns: int) -> bool:
-        layer = RedisChannelLayer(**django_settings.CHANNEL_LAYERS["default"]["CONFIG"])
+        layer = ChannelLayer(**django_settings.CHANNEL_LAYERS["default"]["CONFIG"])
         receive = asyncio.ensure_future(layer.receive(await layer.new_channel()))
         for _ in range(turns):
             await asyncio.sleep(0)

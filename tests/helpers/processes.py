@@ -18,7 +18,7 @@ from tests.helpers.waiting import wait_for
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 _serial = itertools.count(1)
 
-# Fast clocks for tests; production defaults are in continuity/settings.py.
+# Fast clocks for tests; production defaults are in continuity/settings/engine.py.
 FAST_CLOCKS = {
     "CONTINUITY_HEARTBEAT_SECONDS": "0.5",
     "CONTINUITY_CRASH_BACKOFF_SECONDS": "0.5,1,2,4",

@@ -26,7 +26,7 @@ def session_headers(user, origin: str = "http://localhost") -> list[tuple[bytes,
 # trips (three group_adds, and a new connection's hello): 5 ms unloaded, but up to 1.6 s was
 # measured with the suite at nice 19 against two busy loops on two cores. channels' default
 # deadline of 1 s then cancelled the consumer mid-handshake and the test failed (or, before
-# continuity.live.layer_connection, hung). A disconnect waits for the consumer to leave its
+# continuity.live.layer, hung). A disconnect waits for the consumer to leave its
 # groups, on Redis the same way. Both get the 5 s that the frames the tests wait for get, and
 # return as soon as they are done. (wait() keeps its 1 s: after the consumer closed a socket it
 # does not end by itself, and wait() is a grace period before it is cancelled, not a deadline.)

@@ -1,4 +1,4 @@
-"""The channel layer's Redis connections: redis-py's asyncio connection, with cancellations kept.
+"""The channel layer: channels-redis's, whose Redis connections keep their cancellations.
 
 redis-py writes each command under `asyncio.wait_for(..., socket_timeout)`. On Python 3.11 that
 wait_for returns the write's result, instead of raising, when its task is cancelled just as the
@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 
+from channels_redis.core import RedisChannelLayer
+from channels_redis.utils import create_pool
 from redis.asyncio.connection import Connection as RedisConnection
 from redis.asyncio.sentinel import SentinelManagedConnection
 
@@ -35,3 +37,13 @@ class Connection(KeepsCancellation, RedisConnection):
 
 class SentinelConnection(KeepsCancellation, SentinelManagedConnection):
     """To the primary that the Sentinels name (REDIS_SENTINELS)."""
+
+
+class ChannelLayer(RedisChannelLayer):
+    """channels-redis's layer (CHANNEL_LAYERS's BACKEND), on connections that keep a
+    cancellation: to the host's `address`, or to the primary its Sentinels name."""
+
+    def create_pool(self, index: int):
+        host = self.hosts[index]
+        connection = SentinelConnection if "master_name" in host else Connection
+        return create_pool({**host, "connection_class": connection})
