@@ -1,0 +1,51 @@
+"""The continuity engine's records, one module per part of the story (import them from here):
+`conversations` (a conversation, its questions and replies), `attempts` (each run on a
+message, its checkpoints and reply chunks), `context` (what an attempt's context is made of,
+and what a resumed one recovered) and `operations` (what staff watch and act on)."""
+
+from .attempts import Checkpoint, ReplyChunk, Run
+from .context import (
+    Handoff,
+    MemoryFact,
+    MemoryFactQuerySet,
+    Recovery,
+    RunContext,
+    Summary,
+    handoff_markdown,
+    sections_lines,
+)
+from .conversations import (
+    ANSWERED_QUESTION,
+    SHOWN,
+    WAITING,
+    Conversation,
+    Message,
+    MessageQuerySet,
+)
+from .operations import Alert, CrashRecord, DeadLetter, HistoryBucket, StaffAction, Worker
+
+__all__ = [
+    "ANSWERED_QUESTION",
+    "SHOWN",
+    "WAITING",
+    "Alert",
+    "Checkpoint",
+    "Conversation",
+    "CrashRecord",
+    "DeadLetter",
+    "Handoff",
+    "HistoryBucket",
+    "MemoryFact",
+    "MemoryFactQuerySet",
+    "Message",
+    "MessageQuerySet",
+    "Recovery",
+    "ReplyChunk",
+    "Run",
+    "RunContext",
+    "StaffAction",
+    "Summary",
+    "Worker",
+    "handoff_markdown",
+    "sections_lines",
+]
