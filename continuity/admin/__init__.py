@@ -1,0 +1,10 @@
+"""Staff tools in the Django admin. History (attempts, checkpoints, chunks, crashes, contexts,
+recoveries, the audit log) is evidence: shown, linked, never edited. Changes go through the
+services, as admin actions that ask for confirmation and a reason and leave a StaffAction row.
+
+`base` holds what the pages share; `records` the engine's records, `staff` what staff act on,
+`versions` what they edit as new versions. Importing them registers their pages."""
+
+from . import records, staff, versions
+
+__all__ = ["records", "staff", "versions"]
