@@ -47,7 +47,7 @@ SERVER_ERROR = 1011  # the page reconnects and catches up
 # or 3000-4999, so the standard 1012 (restart) and 1013 (try again later) cannot be sent.
 TRY_AGAIN_LATER = 4503
 LAYER_DOWN = (redis.RedisError, ConnectionError)
-SYNC_FORMAT = 'Expected {"type": "sync", "after": <id>, "pending": [<id>, ...]}.'
+SYNC_FORMAT = 'Expected {"type": "sync", "after": <id>, "waiting": [<id>, ...]}.'
 
 
 class ConversationConsumer(AsyncJsonWebsocketConsumer):
@@ -164,9 +164,9 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
         if not await self.session_still_valid():
             await self.close(code=SESSION_ENDED)
             return
-        after, pending = sync
+        after, waiting = sync
         branch = await self.branch_stamp()
-        up_to, html = await self.render(after, pending)
+        up_to, html = await self.render(after, waiting)
         status = await self.render_status()
         await self.send_json(
             {"type": "exchanges", "html": html, "up_to": up_to, "branch": branch, "status": status}
@@ -333,7 +333,7 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
 
 
 def parse_sync_frame(text: str | None) -> tuple[tuple[int, list[int]] | None, str]:
-    """((after, pending), "") from a well-formed sync frame, else (None, what is wrong)."""
+    """((after, waiting), "") from a well-formed sync frame, else (None, what is wrong)."""
     if text is None or len(text) > MAX_FRAME_CHARS:
         return None, f"Frame too large: at most {MAX_FRAME_CHARS} characters. {SYNC_FORMAT}"
     try:
@@ -346,15 +346,15 @@ def parse_sync_frame(text: str | None) -> tuple[tuple[int, list[int]] | None, st
 
 
 def parse_sync(request: object) -> tuple[int, list[int]] | None:
-    """(after, pending) from a well-formed sync request, else None."""
+    """(after, waiting) from a well-formed sync request, else None."""
     if not isinstance(request, dict) or request.get("type") != "sync":
         return None
-    after, pending = request.get("after", 0), request.get("pending", [])
+    after, waiting = request.get("after", 0), request.get("waiting", [])
     valid_ids = (
-        isinstance(pending, list)
-        and len(pending) <= MAX_SYNC_IDS
-        and all(type(pk) is int for pk in pending)
+        isinstance(waiting, list)
+        and len(waiting) <= MAX_SYNC_IDS
+        and all(type(pk) is int for pk in waiting)
     )
     if type(after) is not int or not valid_ids:
         return None
-    return after, pending
+    return after, waiting

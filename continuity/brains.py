@@ -65,7 +65,7 @@ class Context:
     handoff: HandoffNote | None = None
     task_checkpoint: dict = field(default_factory=dict)
     summary: str = ""
-    pending: list[Turn] = field(default_factory=list)
+    waiting: list[Turn] = field(default_factory=list)
     recovery: RecoveryNote | None = None
     # How many times this text was asked before at this point of the conversation (each
     # Regenerate asks it once more): a brain that can word its reply differently does so.

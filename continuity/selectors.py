@@ -145,7 +145,7 @@ def exchanges_from(messages: QuerySet[Message]) -> list[Exchange]:
     are of a message still queued or being answered (live updates), which then cost one plain
     query, plus its stored chunks while it streams."""
     messages = list(messages.order_by("id"))
-    settled = [m for m in messages if m.state not in Message.PENDING_STATES]
+    settled = [m for m in messages if m.state not in Message.WAITING_STATES]
     settled_ids = {m.pk for m in settled}
     # A reply is stored in the transaction that marks its message done; a message that could
     # not be answered has its dead letter.
@@ -160,14 +160,14 @@ def exchanges_from(messages: QuerySet[Message]) -> list[Exchange]:
     interrupted = interrupted_runs(
         m.pk
         for m in messages
-        if m.state in Message.PENDING_STATES
+        if m.state in Message.WAITING_STATES
         and m.attempts + m.interruptions > 0
         and m.pk not in streaming
     )
     # A recovery is recorded for an attempt that follows another on the same message: a
     # crashed attempt keeps its count, an interrupted one moves it to `interruptions`.
     banners = recovery_banners([m.pk for m in messages if m.attempts + m.interruptions > 1])
-    # A version is added only while nothing in the conversation is pending, so a message with
+    # A version is added only while nothing in the conversation is waiting, so a message with
     # later versions is a version itself or settled.
     versions = versions_of(
         [

@@ -39,10 +39,10 @@ RUN_OUTCOMES = [state for state in Run.State.values if state != Run.State.RUNNIN
 
 
 def message_metrics() -> Iterator[Metric]:
-    pending = WAITING
+    waiting = WAITING
     stats = Message.objects.filter(role=Message.Role.USER).aggregate(
         **{state: Count("pk", filter=Q(state=state)) for state in Message.State.values},
-        oldest_pending_age=oldest_age(among=pending),
+        oldest_waiting_age=oldest_age(among=waiting),
     )
     messages = GaugeMetricFamily(
         "continuity_messages", "User messages by processing state.", labels=["state"]
@@ -53,11 +53,11 @@ def message_metrics() -> Iterator[Metric]:
     yield GaugeMetricFamily(
         "continuity_queue_depth",
         "User messages waiting for a reply (queued or processing).",
-        value=sum(stats[state] for state in Message.PENDING_STATES),
+        value=sum(stats[state] for state in Message.WAITING_STATES),
     )
-    age = stats["oldest_pending_age"]
+    age = stats["oldest_waiting_age"]
     yield GaugeMetricFamily(
-        "continuity_oldest_pending_message_age_seconds",
+        "continuity_oldest_waiting_message_age_seconds",
         "Age of the oldest queued or processing user message; 0 when none waits.",
         # created_at comes from the web host's clock: a skewed host must not make it negative.
         value=max(age.total_seconds(), 0.0) if age else 0.0,

@@ -78,22 +78,22 @@ def running_attempts() -> QuerySet[Run]:
     )
 
 
-def pending_messages() -> QuerySet[Message]:
+def waiting_messages() -> QuerySet[Message]:
     return Message.objects.waiting()
 
 
 @dataclass(frozen=True)
 class QueueFigures:
-    pending: int
-    oldest_pending_age: timedelta | None
+    waiting: int
+    oldest_waiting_age: timedelta | None
     broker_queued: int | None  # None when Redis does not answer
 
 
 def queue_figures() -> QueueFigures:
-    figures = pending_messages().aggregate(pending=Count("pk"), oldest_age=oldest_age())
+    figures = waiting_messages().aggregate(waiting=Count("pk"), oldest_age=oldest_age())
     return QueueFigures(
-        pending=figures["pending"],
-        oldest_pending_age=figures["oldest_age"],
+        waiting=figures["waiting"],
+        oldest_waiting_age=figures["oldest_age"],
         broker_queued=broker_queue_length(),
     )
 

@@ -50,7 +50,7 @@ def chaos_audit(*, conversation_ids: list[int], sent: int) -> dict:
     runs = Run.objects.filter(conversation_id__in=conversation_ids)
     paused = Conversation.objects.filter(pk__in=conversation_ids, state=Conversation.State.PAUSED)
     # Stored and waiting for staff to resume their conversation: kept, not lost.
-    held = users.filter(conversation__in=paused, state__in=Message.PENDING_STATES).count()
+    held = users.filter(conversation__in=paused, state__in=Message.WAITING_STATES).count()
     return {
         "sent": sent,
         "done": done,

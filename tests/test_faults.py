@@ -490,7 +490,7 @@ def test_twenty_messages_over_four_conversations_with_random_child_kills(process
     ids = [m.pk for m in messages]
 
     def busy_or_finished():
-        if not Message.objects.filter(pk__in=ids, state__in=Message.PENDING_STATES).exists():
+        if not Message.objects.filter(pk__in=ids, state__in=Message.WAITING_STATES).exists():
             return "finished"
         return Run.objects.filter(state="running", reply_chunks__isnull=False).exists()
 

@@ -229,7 +229,7 @@ def test_redis_restarts_under_busy_workers_leave_every_worker_running(serve):
         session_redis_server().restart()
         wait_for(
             lambda ids=[m.pk for m in sent]: (
-                not Message.objects.filter(pk__in=ids, state__in=Message.PENDING_STATES).exists()
+                not Message.objects.filter(pk__in=ids, state__in=Message.WAITING_STATES).exists()
             ),
             timeout=90,
             what="the messages sent before the restart to be answered",

@@ -95,10 +95,10 @@ def system_prompt(context: Context) -> str:
         )
     if summary := context.summary.strip():
         parts.append(f"Summary of the earlier conversation (those turns are not shown):\n{summary}")
-    if context.pending:
-        waiting = "\n".join(f"- “{clip(turn.text, 200)}”" for turn in context.pending)
+    if context.waiting:
+        waiting = "\n".join(f"- “{clip(turn.text, 200)}”" for turn in context.waiting)
         parts.append(
-            f"{len(context.pending)} more message(s) from the user are queued after this one; "
+            f"{len(context.waiting)} more message(s) from the user are queued after this one; "
             f"answer only the current message, the others are answered next:\n{waiting}"
         )
     if recovery := context.recovery:

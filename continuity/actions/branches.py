@@ -21,7 +21,7 @@ from django.db import transaction
 from django.db.models import F, Q
 
 from ..context.handoffs import handoffs_carry
-from ..delivery.attempts.lease import pending_messages
+from ..delivery.attempts.lease import waiting_messages
 from ..delivery.attempts.locking import conversation_lock
 from ..delivery.inbox import message_clean_text, message_queue, same_text_or_refuse
 from ..errors import ClientIdReused, InvalidTransition
@@ -78,7 +78,7 @@ def version_add(
             return same_text_or_refuse(resubmitted, text)
         if current.hidden_with_id is not None:
             raise InvalidTransition("This message is on a branch that is no longer shown.")
-        if pending_messages(current.conversation_id).exists():
+        if waiting_messages(current.conversation_id).exists():
             raise busy_refusal(current.conversation_id)
         last = shown_user_messages(current.conversation_id).order_by("-id").first()
         if last_only and last != current:
@@ -116,7 +116,7 @@ def version_show(*, message: Message) -> None:
         )
         if shown is None or current.hidden_with_id != current.pk:
             raise InvalidTransition("This version is on a branch that is not shown.")
-        if pending_messages(message.conversation_id).exists():
+        if waiting_messages(message.conversation_id).exists():
             raise busy_refusal(message.conversation_id)
         left = branch_hide(version=shown)
         revealed = Message.objects.filter(hidden_with=current)

@@ -427,7 +427,7 @@ class RunContextAdmin(ReadOnlyAdmin):
         "identity_text",
         "facts_json",
         "turns_json",
-        "pending_json",
+        "waiting_json",
         "rendered",
     ]
     readonly_fields = fields
@@ -447,9 +447,9 @@ class RunContextAdmin(ReadOnlyAdmin):
     def turns_json(self, run_context):
         return json_pre(run_context.turns)
 
-    @admin.display(description="Pending (message ids)")
-    def pending_json(self, run_context):
-        return json_pre(run_context.pending)
+    @admin.display(description="Waiting (message ids)")
+    def waiting_json(self, run_context):
+        return json_pre(run_context.waiting)
 
     @admin.display(description="As the brain read it")
     def rendered(self, run_context):

@@ -41,7 +41,7 @@ class ContextRefs:
     checkpoint_id: int | None = None
     summary_id: int | None = None
     exchanges: list[list[int]] = field(default_factory=list)  # [question id, reply id?] each
-    pending: list[int] = field(default_factory=list)
+    waiting: list[int] = field(default_factory=list)
 
     @property
     def turns(self) -> list[int]:
@@ -142,7 +142,7 @@ def context_of(
         checkpoint_id=plan.plan_id if plan else None,
         summary_id=summary.pk if summary else None,
         exchanges=[[turn.id for turn in exchange] for exchange in exchanges],
-        pending=[each.id for each in waiting],
+        waiting=[each.id for each in waiting],
     )
     context = Context(
         owner_id=conversation.owner_id,
@@ -156,7 +156,7 @@ def context_of(
         task_checkpoint=plan.plan_output if plan else {},
         summary=summary.text if summary else "",
         history=[Turn(turn.role, turn.text) for exchange in exchanges for turn in exchange],
-        pending=[Turn(each.role, each.text) for each in waiting],
+        waiting=[Turn(each.role, each.text) for each in waiting],
         retelling=retelling_of(message),
     )
     return refs, context
@@ -181,12 +181,12 @@ def refs_of(run_context: RunContext) -> ContextRefs:
         checkpoint_id=run_context.checkpoint_id,
         summary_id=run_context.summary_id,
         exchanges=[[pk] for pk in run_context.turns],  # flattened again by `turns`
-        pending=run_context.pending,
+        waiting=run_context.waiting,
     )
 
 
 def context_load(*, refs: ContextRefs, message: Message, attempt: int) -> Context:
-    by_id = Message.objects.in_bulk([*refs.turns, *refs.pending])
+    by_id = Message.objects.in_bulk([*refs.turns, *refs.waiting])
     facts = MemoryFact.objects.in_bulk(refs.facts)
     handoff = Handoff.objects.filter(pk=refs.handoff_id).first() if refs.handoff_id else None
     summary = Summary.objects.filter(pk=refs.summary_id).first() if refs.summary_id else None
@@ -205,7 +205,7 @@ def context_load(*, refs: ContextRefs, message: Message, attempt: int) -> Contex
         task_checkpoint=checkpoint.output if checkpoint else {},
         summary=summary.text if summary else "",
         history=[Turn(by_id[pk].role, by_id[pk].text) for pk in refs.turns if pk in by_id],
-        pending=[Turn(by_id[pk].role, by_id[pk].text) for pk in refs.pending if pk in by_id],
+        waiting=[Turn(by_id[pk].role, by_id[pk].text) for pk in refs.waiting if pk in by_id],
     )
 
 
@@ -220,7 +220,7 @@ def run_context_store(*, run: Run, refs: ContextRefs, tokens: int) -> RunContext
         checkpoint_id=refs.checkpoint_id,
         summary_id=refs.summary_id,
         turns=refs.turns,
-        pending=refs.pending,
+        waiting=refs.waiting,
         estimated_tokens=tokens,
     )
     return store.round_trip(stored, commit=True)[stored]
@@ -264,7 +264,7 @@ def context_text(context: Context) -> str:
     parts += ["# Recent turns"]
     parts += [turn_line(turn) for turn in context.history] or ["(none)"]
     parts += ["", "# Arrived while the agent was busy or down"]
-    parts += [turn_line(turn) for turn in context.pending] or ["(none)"]
+    parts += [turn_line(turn) for turn in context.waiting] or ["(none)"]
     parts += ["", "# Message to answer", turn_line(Turn(Message.Role.USER, context.text))]
     return "\n".join(parts)
 
@@ -295,9 +295,9 @@ def run_context_text(run_context: RunContext) -> str:
         gone.append(f"{missing} fact(s) the user has since asked to forget")
     if (
         missing := len(run_context.turns)
-        + len(run_context.pending)
+        + len(run_context.waiting)
         - len(context.history)
-        - len(context.pending)
+        - len(context.waiting)
     ):
         gone.append(f"{missing} message(s) deleted since")
     header = f"Estimated tokens: {run_context.estimated_tokens}"

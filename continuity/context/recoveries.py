@@ -132,7 +132,7 @@ def restored_of(run_context: RunContext | None) -> Restored:
         facts=len(run_context.facts),
         summary_messages=summary_messages,
         turns=len(run_context.turns),
-        waiting=len(run_context.pending),
+        waiting=len(run_context.waiting),
     )
 
 

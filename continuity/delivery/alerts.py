@@ -66,24 +66,24 @@ def outbox() -> queue.Queue:
     global _outbox
     with _lock:
         if _outbox is None or _outbox[0] != os.getpid():
-            pending: queue.Queue = queue.Queue(maxsize=QUEUE_SIZE)
+            mails: queue.Queue = queue.Queue(maxsize=QUEUE_SIZE)
             threading.Thread(
-                target=sender, args=(pending,), name="continuity-alert-mail", daemon=True
+                target=sender, args=(mails,), name="continuity-alert-mail", daemon=True
             ).start()
-            _outbox = (os.getpid(), pending)
+            _outbox = (os.getpid(), mails)
         return _outbox[1]
 
 
-def sender(pending: queue.Queue) -> None:
+def sender(mails: queue.Queue) -> None:
     while True:
-        subject, text = pending.get()
+        subject, text = mails.get()
         try:
             mail_admins(subject, text)
         except Exception:
             # Includes the timeout of a silent server: log and go on with the next mail.
             logger.warning("Alert mail %r not sent", subject, exc_info=True)
         finally:
-            pending.task_done()
+            mails.task_done()
 
 
 def alerts_flush(timeout: float) -> bool:

@@ -1,6 +1,6 @@
 """The drain queue: a conversation's drain sent to the broker once per waiting turn, its marker
 in Redis, its receipt, and the watchdog's look at what is still queued. A message accepted
-(`inbox`) or given back asks for a drain here; the stored pending message, not the broker's, is
+(`inbox`) or given back asks for a drain here; the stored waiting message, not the broker's, is
 the real outbox."""
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def conversation_enqueue(*, conversation_id: int, stamped: bool = False) -> None
     """Ask a worker to drain the conversation once the current transaction commits.
     `stamped`: the transaction set the conversation's `enqueued_at` itself (see `drain_send`).
 
-    The stored pending message, not this broker message, is the real outbox: if the send is lost
+    The stored waiting message, not this broker message, is the real outbox: if the send is lost
     (process death right after commit, Redis down or flushed), the watchdog sends it again.
     """
     transaction.on_commit(lambda: drain_send(conversation_id=conversation_id, stamped=stamped))

@@ -63,7 +63,7 @@ logger = logging.getLogger(__name__)
 
 
 def drain_conversation(*, conversation_id: int, node: str = "") -> None:
-    """Answer the conversation's pending messages, oldest first, for its slice
+    """Answer the conversation's waiting messages, oldest first, for its slice
     (CONTINUITY_DRAIN_SLICE_SECONDS); a follow-up task takes the rest from the back of the queue.
     Within the slice, the attempt on the next message begins in the transaction that stores the
     previous reply. The task is acknowledged only once it returns: a worker that dies during
@@ -74,7 +74,7 @@ def drain_conversation(*, conversation_id: int, node: str = "") -> None:
         while begun is not None:
             outcome = attempt_execute(begun=begun, node=node, slice_ends=slice_ends)
             begun = outcome.next_begun
-            if outcome.more_pending:
+            if outcome.more_waiting:
                 # More wait, and no drain was sent for them: answer the next one here, unless
                 # the slice ran out since the reply was stored (the title took it).
                 if time.monotonic() >= slice_ends:
@@ -104,13 +104,13 @@ class Outcome:
     """How an attempt left the conversation's queue."""
 
     # More wait, no drain was sent for them and none began: the caller answers the next.
-    more_pending: bool = False
+    more_waiting: bool = False
     # The attempt on the next message, begun in the transaction that stored the reply.
     next_begun: Begun | None = None
 
 
 def attempt_first(*, conversation_id: int, node: str) -> Begun | None:
-    """Begin an attempt on the conversation's oldest pending message, if one may begin now."""
+    """Begin an attempt on the conversation's oldest waiting message, if one may begin now."""
     with lease_taken(conversation_id) as lease:
         return attempt_prepared(lease, node=node)
 
@@ -238,7 +238,7 @@ def reply_stored(
             lease_next=lease_next,
         )
         if finished.next is None:
-            return Outcome(more_pending=finished.more_pending)
+            return Outcome(more_waiting=finished.more_waiting)
         try:
             return Outcome(next_begun=attempt_prepared(finished.next, node=node))
         except Exception as exc:

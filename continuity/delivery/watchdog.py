@@ -17,7 +17,7 @@ from django.db.models.functions import Now
 from ..database.clock import db_now_plus
 from ..models import Conversation, CrashRecord, Handoff, Run
 from .attempts.failures import attempt_end, each_guarded, runs_reap
-from .attempts.lease import pending_messages
+from .attempts.lease import waiting_messages
 from .drains import conversation_enqueue, drains_waiting
 from .heartbeats import stale_run_ids
 from .redis_connection import redis_client
@@ -27,7 +27,7 @@ logger = logging.getLogger(__name__)
 
 
 def due_conversation_ids() -> list[int]:
-    """Active conversations with pending messages, no live attempt, no backoff to wait for and
+    """Active conversations with waiting messages, no live attempt, no backoff to wait for and
     no drain waiting in the queue, whose last enqueue is older than the requeue threshold or
     predates the end of the backoff."""
     candidates = stalled_conversation_ids()
@@ -37,10 +37,10 @@ def due_conversation_ids() -> list[int]:
 
 def stalled_conversation_ids() -> list[int]:
     lost_before = db_now_plus(-timedelta(seconds=settings.CONTINUITY_REQUEUE_AFTER_SECONDS))
-    has_pending = Exists(pending_messages(OuterRef("pk")).values("pk"))
+    has_waiting = Exists(waiting_messages(OuterRef("pk")).values("pk"))
     has_live_run = Exists(Run.objects.filter(conversation=OuterRef("pk"), state=Run.State.RUNNING))
     return list(
-        Conversation.objects.filter(has_pending, state=Conversation.State.ACTIVE)
+        Conversation.objects.filter(has_waiting, state=Conversation.State.ACTIVE)
         .exclude(has_live_run)
         .filter(Q(retry_at__isnull=True) | Q(retry_at__lte=Now()))
         .filter(

@@ -229,8 +229,12 @@ class RunContext(models.Model):
         Summary, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     turns = models.JSONField(default=list, help_text="Message ids of the verbatim turns.")
-    pending = models.JSONField(
-        default=list, help_text="Ids of messages that arrived and wait behind this one."
+    # Its column keeps the field's earlier name: workers of the release before, still running
+    # during a rolling deploy, write it too.
+    waiting = models.JSONField(
+        default=list,
+        db_column="pending",
+        help_text="Ids of messages that arrived and wait behind this one.",
     )
     estimated_tokens = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(db_default=Now())

@@ -145,7 +145,7 @@ class Message(models.Model):
         DONE = "done", "Done"
         DEAD = "dead", "Could not be processed"
 
-    PENDING_STATES = (State.QUEUED, State.PROCESSING)
+    WAITING_STATES = (State.QUEUED, State.PROCESSING)
 
     objects = MessageQuerySet.as_manager()
 
@@ -256,7 +256,7 @@ class Message(models.Model):
             models.Index(
                 fields=["conversation", "id"],
                 condition=WAITING,
-                name="message_pending",
+                name="message_waiting",
             ),
             # The answered questions of the shown branch, by conversation, in order: the turns
             # of a context (`store.messages.ANSWERED_QUESTION`).

@@ -10,7 +10,7 @@ from django.conf import settings
 from ..database.clock import datetime_value
 from ..models import Handoff, Message, RunContext, Summary
 from . import connection
-from .messages import ANSWERED_QUESTION, PENDING
+from .messages import ANSWERED_QUESTION, CONVERSATION_WAITING
 from .query import Query, every, inserting
 
 HANDOFF_COLUMNS = (
@@ -154,7 +154,7 @@ def facts_current(*, owner_id: int) -> Query[list[Fact]]:
 def waiting_behind(*, conversation_id: int, message_id: int) -> Query[list[Waiting]]:
     """Messages that wait behind this one, at most a history's worth."""
     return Query(
-        f"SELECT id, role, text FROM continuity_message WHERE {PENDING} AND id > %s "
+        f"SELECT id, role, text FROM continuity_message WHERE {CONVERSATION_WAITING} AND id > %s "
         "ORDER BY id LIMIT %s",
         [conversation_id, message_id, settings.CONTINUITY_HISTORY_EXCHANGES],
         every(Waiting),

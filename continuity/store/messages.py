@@ -14,10 +14,10 @@ from .runs import run_in_state
 # bound: only then does a statement prepared once for any values know it may read the index.
 # They are `models.WAITING` and `models.ANSWERED_QUESTION`, which tests/continuity/
 # test_indexes.py checks against the indexes PostgreSQL holds.
-# User messages that wait for their answer (queued, or being answered): `message_pending`.
-WAITING = "role = '{}' AND state IN ('{}', '{}')".format(Message.Role.USER, *Message.PENDING_STATES)
+# User messages that wait for their answer (queued, or being answered): `message_waiting`.
+WAITING = "role = '{}' AND state IN ('{}', '{}')".format(Message.Role.USER, *Message.WAITING_STATES)
 # Those of one conversation; its one value is the conversation's id.
-PENDING = f"conversation_id = %s AND {WAITING}"
+CONVERSATION_WAITING = f"conversation_id = %s AND {WAITING}"
 # The answered questions of the shown branch: `message_answered_question`.
 ANSWERED_QUESTION = (
     f"role = '{Message.Role.USER}' AND state = '{Message.State.DONE}' AND hidden_with_id IS NULL"
@@ -26,11 +26,11 @@ ANSWERED_QUESTION = (
 
 class LeaseAndNext(NamedTuple):
     leased: bool  # a live attempt holds the conversation's lease
-    message: Message | None  # its oldest pending message
+    message: Message | None  # its oldest waiting message
 
 
 def lease_and_next(conversation_id: int) -> Query[LeaseAndNext]:
-    """Whether a live attempt holds the conversation's lease, and its oldest pending message.
+    """Whether a live attempt holds the conversation's lease, and its oldest waiting message.
     A statement of its own, run after the lock's: a subquery of the locking statement would
     read a snapshot taken before the wait for the lock, missing a lease taken meanwhile. The
     running state is written out, not bound: only then may a plan kept for every conversation
@@ -57,7 +57,7 @@ def lease_and_next(conversation_id: int) -> Query[LeaseAndNext]:
         f"AND state = '{Run.State.RUNNING}'), m.id, m.text, m.attempts, m.interruptions, "
         "m.version_of_id "
         "FROM (SELECT 1) AS one LEFT JOIN continuity_message AS m ON m.id = ("
-        f"SELECT id FROM continuity_message WHERE {PENDING} ORDER BY id LIMIT 1)",
+        f"SELECT id FROM continuity_message WHERE {CONVERSATION_WAITING} ORDER BY id LIMIT 1)",
         [conversation_id, conversation_id],
         read,
     )
@@ -103,7 +103,8 @@ def message_answered(*, message_id: int, conversation_id: int) -> Query[bool]:
     the attempt's fence stops it, and nothing the round trip wrote is kept."""
     return Query(
         "UPDATE continuity_message SET version = version + 1, state = %s WHERE id = %s "
-        f"RETURNING EXISTS (SELECT 1 FROM continuity_message WHERE {PENDING} AND id <> %s)",
+        "RETURNING EXISTS (SELECT 1 FROM continuity_message "
+        f"WHERE {CONVERSATION_WAITING} AND id <> %s)",
         [Message.State.DONE, message_id, conversation_id, message_id],
         lambda found: bool(found) and bool(first_value(found)),
     )

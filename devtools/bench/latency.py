@@ -102,7 +102,7 @@ def drain_sequence(conversation_id: int, rig: Rig) -> int | None:
 
 def drain_as_worker(conversation_id: int, sequence: int | None) -> None:
     """What a worker does with a drain: note its receipt (which frees the conversation's
-    marker for the next enqueue), then answer the oldest pending message."""
+    marker for the next enqueue), then answer the oldest waiting message."""
     if sequence is not None:
         drain_received(conversation_id=conversation_id, sequence=sequence)
     drain_conversation(conversation_id=conversation_id, node="bench-inprocess")

@@ -12,7 +12,7 @@ from devtools.processes import WorkerChild
 from .plan import Plan
 from .rig import BenchError, Rig
 from .stats import Figure, Section
-from .traffic import conversations_new, pending, spread
+from .traffic import conversations_new, spread, still_waiting
 
 SAMPLES = 4  # RSS also after each quarter of the messages
 
@@ -59,16 +59,16 @@ def marks(count: int) -> list[int]:
 
 
 def answered_with_rss(worker: WorkerChild, ids: list[int], at: list[int]):
-    """Wait until nothing is pending, noting the pool's RSS as the answered count passes each
+    """Wait until nothing is waiting, noting the pool's RSS as the answered count passes each
     mark (counted from now)."""
-    total = pending(ids)
+    total = still_waiting(ids)
     trail, deadline = [], time.monotonic() + 3600
-    while (left := pending(ids)) and time.monotonic() < deadline:
+    while (left := still_waiting(ids)) and time.monotonic() < deadline:
         while at and total - left >= at[0]:
             trail.append((at.pop(0), sum(rss(worker)["pool"].values())))
         time.sleep(0.1)
     if left:
-        raise BenchError(f"{left} message(s) still pending after an hour")
+        raise BenchError(f"{left} message(s) still waiting after an hour")
     trail += [(mark, sum(rss(worker)["pool"].values())) for mark in at]
     return trail
 

@@ -157,7 +157,7 @@ class PageClient:
                 additional_headers=self.headers(),
                 open_timeout=60,
             )
-            await self.socket.send(json.dumps({"type": "sync", "after": 0, "pending": []}))
+            await self.socket.send(json.dumps({"type": "sync", "after": 0, "waiting": []}))
         except Exception as error:
             self.result.errors[f"socket not opened: {type(error).__name__}"] += 1
             return

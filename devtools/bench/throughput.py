@@ -37,7 +37,7 @@ def throughput_run(rig: Rig, plan: Plan, *, baseline: Section | None) -> Section
         notes=[
             f"{plan.throughput_messages} messages over {plan.conversations} new conversations, "
             "accepted by `message_accept` as fast as one process can, timed from the first "
-            "accept until none is pending (polled every 20 ms).",
+            "accept until none is waiting (polled every 20 ms).",
             "Ratio: messages/s of each repetition over the baseline's median no-op tasks/s "
             "(empty when the baseline did not run: `--only baseline,throughput`).",
         ],

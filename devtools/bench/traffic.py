@@ -64,10 +64,10 @@ def one_at_a_time(conversation: Conversation, count: int) -> tuple[list[float], 
     return accepts, replies
 
 
-def pending(conversation_ids: list[int]) -> int:
+def still_waiting(conversation_ids: list[int]) -> int:
     """How many messages of these conversations wait for their reply. One prepared statement:
     polled every 20 ms, a query built by the ORM took this process a few percent of a core.
-    Its conditions are those of the index of waiting messages (`message_pending`): without the
+    Its conditions are those of the index of waiting messages (`message_waiting`): without the
     role, the server read every message in those states, of every conversation, at each poll."""
     (count,) = row(
         f"SELECT COUNT(*) FROM continuity_message WHERE conversation_id = ANY(%s) AND {WAITING}",
@@ -78,7 +78,7 @@ def pending(conversation_ids: list[int]) -> int:
 
 def all_answered(conversation_ids: list[int], *, timeout: float, every: float = 0.02) -> None:
     wait_for(
-        lambda: not pending(conversation_ids),
+        lambda: not still_waiting(conversation_ids),
         timeout=timeout,
         what=f"every message of {len(conversation_ids)} conversation(s) to be answered",
         every=every,

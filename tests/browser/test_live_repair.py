@@ -166,7 +166,7 @@ def test_a_page_open_longer_than_the_group_expiry_still_receives(
         timeout=4 * GROUP_EXPIRY,
         what="the page's socket to outlive its groups' expiry",
     )
-    # Sent from another tab: nothing is pending on this page, so only its live event brings it.
+    # Sent from another tab: nothing is waiting on this page, so only its live event brings it.
     message = message_accept(
         conversation=conversation, text="From the other tab", client_id=uuid.uuid4()
     )

@@ -99,7 +99,7 @@ def test_regenerate_then_edit_then_walk_back_through_the_versions(page: Page, si
     ]
     # What the model was given for the edited message: nothing of the other branch.
     context = RunContext.objects.get(run__message=holiday)
-    assert context.turns == [] and context.pending == []
+    assert context.turns == [] and context.waiting == []
     assert "Pack the bags" not in str(fake_messages_of(holiday))
     page.screenshot(path=ARTIFACTS / "versions-edited.png")
 

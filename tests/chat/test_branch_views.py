@@ -194,7 +194,7 @@ def test_a_sync_reports_how_often_the_branch_changed(chat):
     async def scenario():
         socket = communicator(chat.pk, headers)
         await socket.connect()
-        await socket.send_json_to({"type": "sync", "after": 0, "pending": []})
+        await socket.send_json_to({"type": "sync", "after": 0, "waiting": []})
         # The sync's answer; a rendering owed to an event of an earlier test on the same
         # conversation id (the SQLite lane reuses ids) may come first.
         frame = await socket.receive_json_from(timeout=5)

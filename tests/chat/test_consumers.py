@@ -46,7 +46,7 @@ def test_owner_connects_and_catches_up_with_a_sync(owned):
     async def scenario():
         socket = communicator(conversation.pk, headers)
         assert (await socket.connect())[0]
-        await socket.send_json_to({"type": "sync", "after": 0, "pending": []})
+        await socket.send_json_to({"type": "sync", "after": 0, "waiting": []})
         exchanges = await socket.receive_json_from(timeout=5)
         await socket.disconnect()
         return exchanges, exchanges["status"]
@@ -90,11 +90,11 @@ def test_malformed_frames_get_an_error_and_the_socket_stays_usable(owned):
             "not json",
             '{"type": "sync", "after": "x"}',
             '{"type": "launch"}',
-            '{"type": "sync", "pending": [1, "2"]}',
+            '{"type": "sync", "waiting": [1, "2"]}',
         ]:
             await socket.send_to(text_data=frame)
             replies.append(await socket.receive_json_from(timeout=5))
-        await socket.send_json_to({"type": "sync", "after": 0, "pending": [message.pk]})
+        await socket.send_json_to({"type": "sync", "after": 0, "waiting": [message.pk]})
         replies.append(await socket.receive_json_from(timeout=5))
         await socket.disconnect()
         return replies
@@ -244,7 +244,7 @@ def test_a_reconnecting_browser_gets_the_partial_reply_from_the_database(owned):
     async def scenario():
         socket = communicator(conversation.pk, headers)
         await socket.connect()
-        await socket.send_json_to({"type": "sync", "after": message.pk, "pending": [message.pk]})
+        await socket.send_json_to({"type": "sync", "after": message.pk, "waiting": [message.pk]})
         exchanges = await socket.receive_json_from(timeout=5)
         await socket.disconnect()
         return exchanges["html"]
@@ -264,7 +264,7 @@ def test_a_sync_never_renders_another_conversations_messages(owned):
     async def scenario():
         socket = communicator(conversation.pk, headers)
         await socket.connect()
-        await socket.send_json_to({"type": "sync", "after": 0, "pending": [foreign.pk]})
+        await socket.send_json_to({"type": "sync", "after": 0, "waiting": [foreign.pk]})
         exchanges = await socket.receive_json_from(timeout=5)
         await socket.disconnect()
         return exchanges["html"]
@@ -315,7 +315,7 @@ def test_an_unrelated_save_of_the_user_leaves_the_socket_open(owned):
         owner.first_name = "Ada"
         await sync_to_async(owner.save)()
         await sync_to_async(owner.save)(update_fields=["last_login"])
-        await socket.send_json_to({"type": "sync", "after": 0, "pending": []})
+        await socket.send_json_to({"type": "sync", "after": 0, "waiting": []})
         reply = await socket.receive_json_from(timeout=5)
         await socket.disconnect()
         return reply
@@ -335,7 +335,7 @@ def test_a_sync_on_a_session_that_ended_closes_the_socket(owned):
         await socket.connect()
         # The session disappears without any event (expired, cleared by hand).
         await sync_to_async(Session.objects.all().delete)()
-        await socket.send_json_to({"type": "sync", "after": 0, "pending": []})
+        await socket.send_json_to({"type": "sync", "after": 0, "waiting": []})
         closed = await socket.receive_output(timeout=5)
         await socket.wait()
         return closed

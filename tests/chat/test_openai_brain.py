@@ -55,7 +55,7 @@ def full_context() -> Context:
         ),
         summary="- You said: “I like tea”",
         history=[Turn("user", "I finished chapter 3"), Turn("assistant", "Well done!")],
-        pending=[Turn("user", "Also, what about lifetimes?")],
+        waiting=[Turn("user", "Also, what about lifetimes?")],
         recovery=RecoveryNote(
             kind="crash",
             label="a worker process stopped",

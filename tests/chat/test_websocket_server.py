@@ -44,7 +44,7 @@ def test_an_idle_socket_stays_open_and_answers_a_sync(web):
         # Nothing is published to this conversation: any frame or close within 20 s is a fault.
         with pytest.raises(TimeoutError):
             socket.recv(timeout=20)
-        socket.send(json.dumps({"type": "sync", "after": 0, "pending": []}))
+        socket.send(json.dumps({"type": "sync", "after": 0, "waiting": []}))
         exchanges = json.loads(socket.recv(timeout=10))
 
     assert exchanges["type"] == "exchanges" and exchanges["up_to"] == message.pk
@@ -68,7 +68,7 @@ def test_a_page_from_another_port_of_the_same_host_cannot_open_a_socket(web):
     with pytest.raises(InvalidStatus):
         open_socket(web, path, session_cookie(owner), origin=f"https://127.0.0.1:{web.port}")
     with open_socket(web, path, session_cookie(owner)) as socket:
-        socket.send(json.dumps({"type": "sync", "after": 0, "pending": []}))
+        socket.send(json.dumps({"type": "sync", "after": 0, "waiting": []}))
         assert json.loads(socket.recv(timeout=10))["type"] == "exchanges"
 
 
@@ -78,9 +78,9 @@ def test_an_oversized_or_deeply_nested_frame_gets_an_error_and_the_socket_lives(
     with open_socket(web, f"/ws/c/{conversation.pk}/", session_cookie(owner)) as socket:
         socket.send("[" * 100_000)
         deep = json.loads(socket.recv(timeout=10))
-        socket.send(json.dumps({"type": "sync", "after": 0, "pending": [1] * 50_000}))
+        socket.send(json.dumps({"type": "sync", "after": 0, "waiting": [1] * 50_000}))
         big = json.loads(socket.recv(timeout=10))
-        socket.send(json.dumps({"type": "sync", "after": 0, "pending": []}))
+        socket.send(json.dumps({"type": "sync", "after": 0, "waiting": []}))
         after = json.loads(socket.recv(timeout=10))
     assert deep["type"] == big["type"] == "error"
     assert "too large" in big["error"] or "too deep" in big["error"]
@@ -95,7 +95,7 @@ def test_logging_out_closes_the_pages_socket(web):
     browser.force_login(owner)
     cookie = f"{settings.SESSION_COOKIE_NAME}={browser.cookies[settings.SESSION_COOKIE_NAME].value}"
     with open_socket(web, f"/ws/c/{conversation.pk}/", cookie) as socket:
-        socket.send(json.dumps({"type": "sync", "after": 0, "pending": []}))
+        socket.send(json.dumps({"type": "sync", "after": 0, "waiting": []}))
         socket.recv(timeout=10)  # the exchanges, with the status
         browser.post("/accounts/logout/")
         with pytest.raises(ConnectionClosed) as closed:
@@ -170,7 +170,7 @@ def test_a_redis_outage_closes_sockets_to_come_back_and_answers_no_handshake_wit
     def synced() -> bool:  # as the page reconnects: a pooled connection may fail once more
         try:
             with open_socket(web, path, cookie) as socket:
-                socket.send(json.dumps({"type": "sync", "after": 0, "pending": []}))
+                socket.send(json.dumps({"type": "sync", "after": 0, "waiting": []}))
                 return json.loads(socket.recv(timeout=10))["type"] == "exchanges"
         except ConnectionClosed as closed:
             assert closed.rcvd.code == 4503

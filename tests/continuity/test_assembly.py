@@ -52,7 +52,7 @@ def test_the_context_is_assembled_in_order_and_stored_by_reference(conversation,
     assert stored.handoff == conversation.handoffs.get(version=1)
     assert stored.checkpoint.message == first and stored.checkpoint.step == "plan"
     assert stored.turns == [first.pk, first.reply.pk]
-    assert stored.pending == [later.pk]
+    assert stored.waiting == [later.pk]
     assert stored.summary is None and stored.estimated_tokens > 0
 
     text = run_context_text(stored)

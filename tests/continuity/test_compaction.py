@@ -184,7 +184,7 @@ def test_the_stored_context_is_the_same_size_at_exchange_10_and_exchange_2000(
 
     assert Message.objects.filter(conversation=conversation, role="user").count() == 2000
     assert at_2000.turns == pairs_before(last, 1)
-    for field in ("facts", "pending"):
+    for field in ("facts", "waiting"):
         assert len(getattr(at_2000, field)) == len(getattr(tenth, field))
     assert len(at_2000.turns) == len(tenth.turns) == 2
     assert at_2000.summary.version > tenth.summary.version

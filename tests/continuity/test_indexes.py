@@ -56,7 +56,7 @@ def closing(text: str, opening: int) -> int:
 
 @pytest.mark.parametrize(
     ("index", "statements_condition"),
-    [("message_pending", WAITING), ("message_answered_question", ANSWERED_QUESTION)],
+    [("message_waiting", WAITING), ("message_answered_question", ANSWERED_QUESTION)],
 )
 def test_each_partial_index_has_the_condition_its_statements_state(index, statements_condition):
     assert conjuncts(condition_as_indexed(statements_condition)) == conjuncts(
@@ -67,7 +67,7 @@ def test_each_partial_index_has_the_condition_its_statements_state(index, statem
 @pytest.mark.parametrize(
     ("index", "rows"),
     [
-        ("message_pending", Message.objects.waiting),
+        ("message_waiting", Message.objects.waiting),
         ("message_answered_question", Message.objects.answered_questions),
     ],
 )

@@ -122,7 +122,7 @@ def test_a_conversation_is_sent_again_once_its_backoff_ends(conversation):
     assert due_conversation_ids() == [conversation.pk]
 
 
-@pytest.mark.parametrize("blocker", ["live run", "paused", "nothing pending"])
+@pytest.mark.parametrize("blocker", ["live run", "paused", "nothing waiting"])
 def test_conversations_that_must_not_be_sent_again(conversation, blocker):
     message = send(conversation)
     age(Conversation, conversation.pk, enqueued_at=60)

@@ -97,7 +97,7 @@ def test_every_series_is_present_when_the_database_is_empty(client, url, token):
         assert values["continuity_attempts_total", ("outcome", outcome)] == 0
     for status in DeadLetter.Status.values:
         assert values["continuity_dead_letters", ("status", status)] == 0
-    assert values["continuity_oldest_pending_message_age_seconds",] == 0
+    assert values["continuity_oldest_waiting_message_age_seconds",] == 0
     assert values["continuity_reply_seconds_count",] == 0
 
 
@@ -192,7 +192,7 @@ def test_series_match_the_database(client, url, token):
         assert values["continuity_dead_letters", ("status", status)] == count
     assert values["continuity_conversations_paused",] == 1
     assert values["continuity_queue_depth",] == 3
-    assert 120 <= values["continuity_oldest_pending_message_age_seconds",] < 130
+    assert 120 <= values["continuity_oldest_waiting_message_age_seconds",] < 130
     assert values["continuity_workers_live",] == 1
     buckets = {"0.25": 0, "0.5": 1, "2.5": 1, "5.0": 2, "300.0": 2, "+Inf": 3}
     for bound, count in buckets.items():

@@ -65,7 +65,7 @@ def test_the_overview_shows_workers_queue_replies_and_what_is_open(staff, settin
     assert tile(html, "dead-letters") == "1"
     assert tile(html, "paused") == "1"
     assert tile(html, "alerts") == "1"
-    assert tile(html, "pending") == "1"
+    assert tile(html, "waiting") == "1"
     assert tile(html, "oldest").startswith("5 min")
     assert tile(html, "answered") == "1"
     assert tile(html, "reply-time") == "2.0 s"

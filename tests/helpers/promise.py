@@ -14,7 +14,7 @@ LONG_REPLY = "Hi, my name is Ada, my goal is to finish the migration, and I like
 def wait_finished(messages: list[Message], timeout: float = 60) -> None:
     ids = [m.pk for m in messages]
     wait_for(
-        lambda: not Message.objects.filter(pk__in=ids, state__in=Message.PENDING_STATES).exists(),
+        lambda: not Message.objects.filter(pk__in=ids, state__in=Message.WAITING_STATES).exists(),
         timeout=timeout,
         what=f"messages {ids} to be done or dead",
         every=0.1,

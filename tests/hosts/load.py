@@ -55,7 +55,7 @@ class Load:
             thread.join(timeout)
         assert not any(thread.is_alive() for thread in self.threads), "sends did not end"
         wait_for(
-            lambda: not self.user_messages().filter(state__in=Message.PENDING_STATES).exists(),
+            lambda: not self.user_messages().filter(state__in=Message.WAITING_STATES).exists(),
             timeout=timeout,
             what="every acknowledged message to be answered",
         )

@@ -29,7 +29,7 @@ class Stored:
     """What `reply_store` stored and found."""
 
     reply: Message
-    more_pending: bool  # more of the conversation's messages wait
+    more_waiting: bool  # more of the conversation's messages wait
     conversation: Conversation | None  # as its lock read it (`conversations.conversation_lock`)
     found: store.Found  # what the statements `then` found
 
@@ -65,8 +65,8 @@ def reply_store(
     )
     found = store.round_trip(lock, *first, ended, reply, answered, *then)
     fence_held(run, *(found[write] for write in first), found[ended])
-    more_pending = found[answered]
-    if more_pending and follow_up:
+    more_waiting = found[answered]
+    if more_waiting and follow_up:
         conversation_enqueue(conversation_id=run.conversation_id)
     transaction.on_commit(
         lambda: publish_message_changed(
@@ -74,7 +74,7 @@ def reply_store(
         )
     )
     return Stored(
-        reply=found[reply], more_pending=more_pending, conversation=found[lock], found=found
+        reply=found[reply], more_waiting=more_waiting, conversation=found[lock], found=found
     )
 
 
@@ -84,7 +84,7 @@ class Finished:
 
     # More wait, no drain was sent for them, and their lease was not read: the caller answers
     # the next.
-    more_pending: bool = False
+    more_waiting: bool = False
     # With `lease_next`, when more wait: the lease as the reply's transaction left it. An
     # attempt on its `message` may begin in that transaction (`attempt_open`).
     next: Lease | None = None
@@ -162,6 +162,6 @@ def reply_finish(
             owner_id=run.conversation.owner_id, message_id=run.message_id, facts=remembered
         )
     handoff_after_reply(run=run, changes=handoff_changes, latest=stored.found[latest_handoff])
-    if next_message is None or not stored.more_pending:
-        return Finished(more_pending=stored.more_pending and not follow_up)
+    if next_message is None or not stored.more_waiting:
+        return Finished(more_waiting=stored.more_waiting and not follow_up)
     return Finished(next=lease_of(stored.conversation, stored.found[next_message]))

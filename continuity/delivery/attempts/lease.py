@@ -21,7 +21,7 @@ from .failures import runs_reap
 from .locking import worker_identity
 
 
-def pending_messages(conversation_id: int):
+def waiting_messages(conversation_id: int):
     return Message.objects.filter(conversation_id=conversation_id).waiting().order_by("id")
 
 
@@ -75,7 +75,7 @@ class Lease:
 
 @contextmanager
 def lease_taken(conversation_id: int) -> Iterator[Lease]:
-    """The transaction in which an attempt may begin on the conversation's oldest pending
+    """The transaction in which an attempt may begin on the conversation's oldest waiting
     message (`attempt_open`): the conversation locked, and its lease read, in one round trip.
     Its `message` is None when there is nothing to do now (paused, backing off, empty, or
     another live attempt holds the lease). Once the transaction ends, a lease held by an
@@ -96,7 +96,7 @@ def lease_taken(conversation_id: int) -> Iterator[Lease]:
 
 
 def attempt_begin(*, conversation_id: int, node: str = "") -> Run | None:
-    """Start an attempt on the conversation's oldest pending message, or None when there is
+    """Start an attempt on the conversation's oldest waiting message, or None when there is
     nothing to do now (`lease_taken`)."""
     with lease_taken(conversation_id) as lease:
         if lease.message is None:

@@ -168,7 +168,8 @@ class Command(BaseCommand):
                 scheduled.start()
             sent = send(browsers, ids, options["messages"], options["send_rate"], rng)
             finished = wait_until(
-                lambda: not pending(ids), timeout=options["timeout"] - (time.monotonic() - started)
+                lambda: not still_waiting(ids),
+                timeout=options["timeout"] - (time.monotonic() - started),
             )
         finally:
             for scheduled in (outage, postgres_restarts, redis_restarts):
@@ -283,7 +284,7 @@ def send(browsers: Browsers, conversation_ids: list[int], count: int, rate: floa
     return count
 
 
-def pending(conversation_ids: list[int]) -> bool:
+def still_waiting(conversation_ids: list[int]) -> bool:
     """Whether messages still wait for an answer; those of paused conversations wait for staff,
     and the audit reports them apart."""
     return not database_answers(
@@ -291,7 +292,7 @@ def pending(conversation_ids: list[int]) -> bool:
             not Message.objects.filter(
                 conversation_id__in=conversation_ids,
                 conversation__state=Conversation.State.ACTIVE,
-                state__in=Message.PENDING_STATES,
+                state__in=Message.WAITING_STATES,
             ).exists()
         )
     )

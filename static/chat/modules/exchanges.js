@@ -23,7 +23,7 @@ export function noteState(exchange, { quietly = false } = {}) {
   if (!quietly) announce(label);
 }
 
-// Composer-side hints. A pending message that has shown no progress (no new rendering, no
+// Composer-side hints. A waiting message that has shown no progress (no new rendering, no
 // chunk) for SLOW_AFTER_MS gets "taking longer than usual…": the system may still be
 // detecting an interruption. A backoff shows a countdown, computed from the seconds left as
 // the server saw them, so a client clock that is off does not matter.
@@ -52,7 +52,7 @@ function tickCountdown(status, now) {
   return false;
 }
 
-export const pending = (el) => el.dataset.state === "queued" || el.dataset.state === "processing";
+export const waiting = (el) => el.dataset.state === "queued" || el.dataset.state === "processing";
 
 // A catch-up sends the status again: the same one stays in place (its live region is not read
 // out again, a focused *Retry now* keeps focus), as does a countdown that still agrees.
@@ -83,7 +83,7 @@ export function tickHints(onSlow) {
   if (!hint) return;
   const slow = [...document.querySelectorAll("[data-exchange]")].some(
     (el) =>
-      pending(el) &&
+      waiting(el) &&
       now - (lastProgress.get(Number(el.dataset.messageId)) ?? pageStart) > SLOW_AFTER_MS,
   );
   const wasHidden = hint.hidden;
@@ -147,10 +147,10 @@ function upsertExchange(box, incoming) {
   awaitingSync.delete(id);
   if (removedAt.has(id) && olderThan(rank(incoming), removedAt.get(id))) return;
   if (current && olderThan(rank(incoming), rank(current))) return;
-  // Catch-ups render pending exchanges again and again: one that has not changed is neither
+  // Catch-ups render waiting exchanges again and again: one that has not changed is neither
   // progress (a slow hint stays) nor replaced (focus, a selection, the streamed text stay).
   const unchanged = current && !olderThan(rank(current), rank(incoming));
-  if (unchanged && pending(current) && current.dataset.state === incoming.dataset.state) return;
+  if (unchanged && waiting(current) && current.dataset.state === incoming.dataset.state) return;
   if (!unchanged) progressed(id);
   if ("hidden" in incoming.dataset) {
     removedAt.set(id, rank(incoming));

@@ -3,7 +3,7 @@
 
 import { keepDraft, signedOut } from "./composer.js";
 import { exchangesBox, fragmentOf, nearBottom, scrollToEnd } from "./dom.js";
-import { awaitingSync, pending, progressed, sameStatus, upsertFragment } from "./exchanges.js";
+import { awaitingSync, waiting, progressed, sameStatus, upsertFragment } from "./exchanges.js";
 import { renderSoon } from "./markdown.js";
 
 const SESSION_ENDED = 4401; // the server closed the socket: logout, new password, deactivated
@@ -32,9 +32,9 @@ export function liveChannel(main) {
       .filter((el) => el.dataset.state === "queued" || el.dataset.state === "processing")
       .map((el) => Number(el.dataset.messageId));
 
-  function sync(pending) {
+  function sync(waiting) {
     if (!socket || socket.readyState !== WebSocket.OPEN) return;
-    socket.send(JSON.stringify({ type: "sync", after: syncedUpTo, pending }));
+    socket.send(JSON.stringify({ type: "sync", after: syncedUpTo, waiting }));
   }
 
   // Live updates are at-most-once (a stalled Redis drops them, see docs/live-protocol.md): while an
@@ -42,13 +42,13 @@ export function liveChannel(main) {
   // within resyncMs each time (full jitter: pages that lost the same updates do not all ask
   // at once), and when the slow hint appears.
   const resyncMs = Number(main.dataset.resyncMs ?? 15000);
-  function resyncPending() {
+  function resyncWaiting() {
     const ids = unfinishedIds();
     if (ids.length) sync(ids);
   }
   function resyncLater() {
     setTimeout(() => {
-      resyncPending();
+      resyncWaiting();
       resyncLater();
     }, Math.random() * resyncMs);
   }
@@ -64,7 +64,7 @@ export function liveChannel(main) {
     const exchange = document.getElementById(`exchange-${event.message_id}`);
     // Chunks held back behind a rendering come after it: one already answered (or that
     // could not be, or is hidden) has all it will show, and asks for nothing.
-    if (exchange && !pending(exchange)) return;
+    if (exchange && !waiting(exchange)) return;
     const box = exchange && exchange.querySelector("[data-streaming]");
     if (!box || Number(box.dataset.run) !== event.run_id) {
       if (!box || Number(box.dataset.run) < event.run_id) syncOne(event.message_id);
@@ -192,5 +192,5 @@ export function liveChannel(main) {
   }
 
   open();
-  return resyncPending;
+  return resyncWaiting;
 }
