@@ -160,5 +160,5 @@ def exchanges_older_view(request: HttpRequest, pk: int) -> HttpResponse:
         return HttpResponse("Say which message to load before: ?before=<id>.", status=400)
     if not request.htmx:
         return redirect(f"{conversation_url(conversation)}?before={before}")
-    page = exchanges_page(conversation, before=before)
+    page = exchanges_page(conversation=conversation, before=before)
     return render(request, f"{PAGE}#older", {"conversation": conversation, "page": page})

@@ -275,7 +275,7 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
         `after`."""
         up_to, wanted = None, set(message_ids)
         if after is not None:
-            up_to = newest_message_id(self.conversation)
+            up_to = newest_message_id(conversation=self.conversation)
             wanted |= set(
                 self.conversation.messages.filter(pk__gt=after).values_list("pk", flat=True)
             )
@@ -297,7 +297,7 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
         return render_to_string(
             f"{PAGE}#sidebar_list",
             {
-                "conversations": sidebar_conversations_of(self.conversation.owner_id)[
+                "conversations": sidebar_conversations_of(owner=self.conversation.owner_id)[
                     :SIDEBAR_SIZE
                 ],
                 "conversation": self.conversation,
@@ -307,7 +307,7 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
     def exchanges_html(self, message_ids: set[int]) -> str:
         return "".join(
             render_to_string(f"{PAGE}#exchange", {"exchange": exchange})
-            for exchange in exchanges_of(self.conversation, message_ids=message_ids)
+            for exchange in exchanges_of(conversation=self.conversation, message_ids=message_ids)
         )
 
     @database_sync_to_async
@@ -326,7 +326,7 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
     def status_html(self) -> str:
         """The status by the composer, and the title (renamed, titled by the brain, archived)."""
         self.conversation.refresh_from_db()
-        context = conversation_status(self.conversation)
+        context = conversation_status(conversation=self.conversation)
         return render_to_string(f"{PAGE}#status", context) + render_to_string(
             f"{PAGE}#title", context
         )

@@ -126,7 +126,7 @@ def search_view(request: HttpRequest) -> HttpResponse:
     query = request.GET.get("q", "")[:200]
     hits = [
         {"hit": hit, "snippet": highlighted(hit.snippet)}
-        for hit in conversations_search(request.user, query)
+        for hit in conversations_search(owner=request.user, query=query)
     ]
     return render(
         request,
@@ -140,7 +140,7 @@ def search_view(request: HttpRequest) -> HttpResponse:
 @login_required_or_401
 def conversation_list_view(request: HttpRequest) -> HttpResponse:
     archived = request.GET.get("archived") == "1"
-    found = conversations_of(request.user).filter(archived_at__isnull=not archived)
+    found = conversations_of(owner=request.user).filter(archived_at__isnull=not archived)
     return render(
         request,
         "chat/conversations.html",

@@ -89,7 +89,7 @@ def made_again_through_outages(view):
 
 def own_conversation(request: HttpRequest, pk: int) -> Conversation:
     """The signed-in person's conversation, or 404: another person's looks like no conversation."""
-    return get_object_or_404(conversations_of(request.user), pk=pk)
+    return get_object_or_404(conversations_of(owner=request.user), pk=pk)
 
 
 def id_param(request: HttpRequest, name: str) -> int | None:
@@ -98,7 +98,7 @@ def id_param(request: HttpRequest, name: str) -> int | None:
 
 
 def page_context(request: HttpRequest, conversation: Conversation | None, form: MessageForm):
-    sidebar = sidebar_conversations_of(request.user)
+    sidebar = sidebar_conversations_of(owner=request.user)
     context = {
         "conversation": conversation,
         "conversations": sidebar[:SIDEBAR_SIZE],
@@ -107,14 +107,16 @@ def page_context(request: HttpRequest, conversation: Conversation | None, form: 
     }
     if conversation is not None:
         # Read before the exchanges: the page then holds at least everything up to this id.
-        context["synced_up_to"] = newest_message_id(conversation)
+        context["synced_up_to"] = newest_message_id(conversation=conversation)
         context["resync_ms"] = round(settings.CONTINUITY_PAGE_RESYNC_SECONDS * 1000)
         # Newest first; `before` (the older-page link without script) and `since` (a search
         # result) open further back.
         context["page"] = exchanges_page(
-            conversation, before=id_param(request, "before"), since=id_param(request, "since")
+            conversation=conversation,
+            before=id_param(request, "before"),
+            since=id_param(request, "since"),
         )
-        context.update(conversation_status(conversation))
+        context.update(conversation_status(conversation=conversation))
         context["brain_form"] = BrainForm(
             initial={"brain": conversation.brain or settings.CONTINUITY_BRAIN}
         )
@@ -251,7 +253,7 @@ def message_send_view(request: HttpRequest, pk: int) -> HttpResponse:
         f"{PAGE}#sent",
         {
             "conversation": conversation,
-            "exchange": exchange_as_accepted(conversation, message),
+            "exchange": exchange_as_accepted(conversation=conversation, message=message),
             "form": MessageForm.blank(),
         },
     )
@@ -271,7 +273,9 @@ def retry_now_view(request: HttpRequest, pk: int) -> HttpResponse:
     if not request.htmx:
         return redirect(conversation_url(conversation))
     conversation.refresh_from_db()
-    return render(request, f"{PAGE}#status", conversation_status(conversation), status=status)
+    return render(
+        request, f"{PAGE}#status", conversation_status(conversation=conversation), status=status
+    )
 
 
 @never_cache

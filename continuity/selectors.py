@@ -85,7 +85,7 @@ class RecoveryBanner:
     words: RecoveryWords
 
 
-def conversations_of(owner) -> QuerySet[Conversation]:
+def conversations_of(*, owner) -> QuerySet[Conversation]:
     """Every conversation of the owner, archived ones included (they open and are searched)."""
     return Conversation.objects.filter(owner=owner)
 
@@ -93,27 +93,27 @@ def conversations_of(owner) -> QuerySet[Conversation]:
 SIDEBAR_SIZE = 50  # the newest; the rest are one click away, on the paginated list
 
 
-def sidebar_conversations_of(owner) -> QuerySet[Conversation]:
-    return conversations_of(owner).filter(archived_at__isnull=True)
+def sidebar_conversations_of(*, owner) -> QuerySet[Conversation]:
+    return conversations_of(owner=owner).filter(archived_at__isnull=True)
 
 
 EXCHANGES_PAGE = 30
 
 
-def exchanges_of(conversation: Conversation, *, message_ids: Iterable[int]) -> list[Exchange]:
+def exchanges_of(*, conversation: Conversation, message_ids: Iterable[int]) -> list[Exchange]:
     """The exchanges of these user messages, hidden ones included (a page removes them)."""
     messages = conversation.messages.filter(role=Message.Role.USER, pk__in=list(message_ids))
-    return exchanges_from(messages)
+    return exchanges_from(messages=messages)
 
 
-def exchange_as_accepted(conversation: Conversation, message: Message) -> Exchange:
+def exchange_as_accepted(*, conversation: Conversation, message: Message) -> Exchange:
     """The exchange of a message `message_accept` returned. One untouched since it was stored
     has nothing else to show, and is shown as stored (the page's socket brings every later
     change, in newer versions); a resubmitted one may have moved on, and is read again."""
     untouched = message.version == 1 and message.state == Message.State.QUEUED
     if untouched and message.version_of_id is None:
         return Exchange(message=message, reply=None)
-    return exchanges_of(conversation, message_ids=[message.pk])[0]
+    return exchanges_of(conversation=conversation, message_ids=[message.pk])[0]
 
 
 @dataclass(frozen=True)
@@ -123,7 +123,7 @@ class ExchangesPage:
 
 
 def exchanges_page(
-    conversation: Conversation, *, before: int | None = None, since: int | None = None
+    *, conversation: Conversation, before: int | None = None, since: int | None = None
 ) -> ExchangesPage:
     """The shown branch's newest EXCHANGES_PAGE exchanges (before message `before`), or every
     one from message `since` on (a search result links into the past)."""
@@ -135,12 +135,12 @@ def exchanges_page(
     ids = sorted(window.order_by("-id").values_list("pk", flat=True)[:limit])
     older = ids and shown.filter(pk__lt=ids[0]).exists()
     return ExchangesPage(
-        exchanges=exchanges_from(Message.objects.filter(pk__in=ids)),
+        exchanges=exchanges_from(messages=Message.objects.filter(pk__in=ids)),
         older_than=ids[0] if older else None,
     )
 
 
-def exchanges_from(messages: QuerySet[Message]) -> list[Exchange]:
+def exchanges_from(*, messages: QuerySet[Message]) -> list[Exchange]:
     """Related rows are read only for the messages whose state can have them: most renderings
     are of a message still queued or being answered (live updates), which then cost one plain
     query, plus its stored chunks while it streams."""
@@ -156,21 +156,27 @@ def exchanges_from(messages: QuerySet[Message]) -> list[Exchange]:
     prefetch_related_objects(
         [m for m in messages if m.reasked_from_id], "reasked_from__dead_letter"
     )
-    streaming = streaming_runs(m.pk for m in messages if m.state == Message.State.PROCESSING)
+    streaming = streaming_runs(
+        message_ids=[m.pk for m in messages if m.state == Message.State.PROCESSING]
+    )
     interrupted = interrupted_runs(
-        m.pk
-        for m in messages
-        if m.state in Message.WAITING_STATES
-        and m.attempts + m.interruptions > 0
-        and m.pk not in streaming
+        message_ids=[
+            m.pk
+            for m in messages
+            if m.state in Message.WAITING_STATES
+            and m.attempts + m.interruptions > 0
+            and m.pk not in streaming
+        ]
     )
     # A recovery is recorded for an attempt that follows another on the same message: a
     # crashed attempt keeps its count, an interrupted one moves it to `interruptions`.
-    banners = recovery_banners([m.pk for m in messages if m.attempts + m.interruptions > 1])
+    banners = recovery_banners(
+        message_ids=[m.pk for m in messages if m.attempts + m.interruptions > 1]
+    )
     # A version is added only while nothing in the conversation is waiting, so a message with
     # later versions is a version itself or settled.
     versions = versions_of(
-        [
+        messages=[
             m
             for m in messages
             if m.hidden_with_id is None and (m.version_of_id or m.pk in settled_ids)
@@ -189,7 +195,7 @@ def exchanges_from(messages: QuerySet[Message]) -> list[Exchange]:
     ]
 
 
-def versions_of(messages: list[Message]) -> dict[int, Versions]:
+def versions_of(*, messages: list[Message]) -> dict[int, Versions]:
     """For each shown message that has other versions: all of them, in the order written."""
     if not messages:
         return {}
@@ -215,7 +221,7 @@ def versions_of(messages: list[Message]) -> dict[int, Versions]:
     return found
 
 
-def recovery_banners(message_ids: list[int]) -> dict[int, tuple[RecoveryBanner, ...]]:
+def recovery_banners(*, message_ids: list[int]) -> dict[int, tuple[RecoveryBanner, ...]]:
     if not message_ids:
         return {}
     found: dict[int, tuple[RecoveryBanner, ...]] = {}
@@ -225,7 +231,7 @@ def recovery_banners(message_ids: list[int]) -> dict[int, tuple[RecoveryBanner, 
     return found
 
 
-def streaming_runs(message_ids: Iterable[int]) -> dict[int, dict]:
+def streaming_runs(*, message_ids: Iterable[int]) -> dict[int, dict]:
     """For each message being answered: its live run and the chunks that run has stored."""
     runs = Run.objects.filter(message_id__in=list(message_ids), state=Run.State.RUNNING)
     found: dict[int, dict] = {}
@@ -239,7 +245,7 @@ def streaming_runs(message_ids: Iterable[int]) -> dict[int, dict]:
     return found
 
 
-def interrupted_runs(message_ids: Iterable[int]) -> dict[int, Interrupted]:
+def interrupted_runs(*, message_ids: Iterable[int]) -> dict[int, Interrupted]:
     """For each message waiting to be answered again: its last attempt that was interrupted
     (not one only given back before it began), and what that attempt wrote."""
     ids = list(message_ids)
@@ -272,11 +278,11 @@ def interrupted_runs(message_ids: Iterable[int]) -> dict[int, Interrupted]:
     }
 
 
-def newest_message_id(conversation: Conversation) -> int:
+def newest_message_id(*, conversation: Conversation) -> int:
     return conversation.messages.aggregate(newest=Max("pk"))["newest"] or 0
 
 
-def retry_wait_of(conversation: Conversation) -> int | None:
+def retry_wait_of(*, conversation: Conversation) -> int | None:
     """Seconds until an interrupted message is tried again (the backoff, on the database's
     clock), or None when no message waits on one: paused, an attempt running, nothing queued.
     While the model server is unavailable or busy, every queued message waits on it, tried or
@@ -307,11 +313,11 @@ def retry_wait_of(conversation: Conversation) -> int | None:
     return None if wait is None else max(1, math.ceil(wait.total_seconds()))
 
 
-def conversation_status(conversation: Conversation) -> dict:
+def conversation_status(*, conversation: Conversation) -> dict:
     """What the status next to the composer needs: the conversation's state, any backoff, and
     whether an interrupted message waits for a worker with no backoff (after a planned
     restart, say)."""
-    retry_in = retry_wait_of(conversation)
+    retry_in = retry_wait_of(conversation=conversation)
     resuming = (
         retry_in is None
         and conversation.state == Conversation.State.ACTIVE
@@ -359,7 +365,7 @@ def search_finds_word_forms() -> bool:
     return connection.vendor == "postgresql"
 
 
-def conversations_search(owner, query: str) -> list[SearchHit]:
+def conversations_search(*, owner, query: str) -> list[SearchHit]:
     """The owner's conversations whose title or messages match, best first: PostgreSQL
     full-text search (English stemming, web-search syntax), or a plain substring search on
     other databases."""
@@ -369,16 +375,16 @@ def conversations_search(owner, query: str) -> list[SearchHit]:
     # What the person sees: a message on a branch that is not shown would open elsewhere.
     messages = Message.objects.filter(conversation__owner=owner).shown()
     if search_finds_word_forms():
-        found = full_text_hits(messages, query)
+        found = full_text_hits(messages=messages, query=query)
     else:
-        found = substring_hits(messages, query)
+        found = substring_hits(messages=messages, query=query)
     seen = [hit.conversation.pk for hit in found]
-    by_title = conversations_of(owner).filter(title__icontains=query).exclude(pk__in=seen)
+    by_title = conversations_of(owner=owner).filter(title__icontains=query).exclude(pk__in=seen)
     titled = [SearchHit(conversation=c, snippet="") for c in by_title[:SEARCH_LIMIT]]
     return [*titled, *found][:SEARCH_LIMIT]
 
 
-def substring_hits(messages: QuerySet[Message], query: str) -> list[SearchHit]:
+def substring_hits(*, messages: QuerySet[Message], query: str) -> list[SearchHit]:
     """One hit per conversation: its first matching message."""
     first: dict[int, SearchHit] = {}
     for m in messages.filter(text__icontains=query).select_related("conversation")[:SEARCH_LIMIT]:
@@ -386,14 +392,14 @@ def substring_hits(messages: QuerySet[Message], query: str) -> list[SearchHit]:
             m.conversation_id,
             SearchHit(
                 conversation=m.conversation,
-                snippet=snippet_around(m.text, query),
+                snippet=snippet_around(text=m.text, query=query),
                 message_id=m.reply_to_id or m.pk,
             ),
         )
     return list(first.values())
 
 
-def full_text_hits(messages: QuerySet[Message], query: str) -> list[SearchHit]:
+def full_text_hits(*, messages: QuerySet[Message], query: str) -> list[SearchHit]:
     search = SearchQuery(query, search_type="websearch", config="english")
     best_per_conversation = (
         messages.annotate(document=SearchVector("text", config="english"))
@@ -420,7 +426,7 @@ def full_text_hits(messages: QuerySet[Message], query: str) -> list[SearchHit]:
     return [
         SearchHit(
             conversation=m.conversation,
-            snippet=ellipsized(m.snippet, m.text),
+            snippet=ellipsized(snippet=m.snippet, text=m.text),
             message_id=m.reply_to_id or m.pk,
         )
         for m in rows
@@ -431,12 +437,12 @@ def full_text_hits(messages: QuerySet[Message], query: str) -> list[SearchHit]:
 SNIPPET_BEFORE, SNIPPET_AFTER = 60, 140
 
 
-def snippet_around(text: str, query: str) -> str:
+def snippet_around(*, text: str, query: str) -> str:
     """The words around the first place `text` has `query` (any case), the match marked, cut at
     word boundaries, with "…" where the text goes on."""
     at = text.lower().find(query.lower())
     if at < 0:
-        return ellipsized(text[: SNIPPET_BEFORE + SNIPPET_AFTER], text)
+        return ellipsized(snippet=text[: SNIPPET_BEFORE + SNIPPET_AFTER], text=text)
     start, end = max(at - SNIPPET_BEFORE, 0), min(at + len(query) + SNIPPET_AFTER, len(text))
     if start > 0 and (space := text.find(" ", start, at)) >= 0:
         start = space + 1
@@ -447,7 +453,7 @@ def snippet_around(text: str, query: str) -> str:
     return f"{'…' if start > 0 else ''}{window.strip()}{'…' if end < len(text) else ''}"
 
 
-def ellipsized(snippet: str, text: str) -> str:
+def ellipsized(*, snippet: str, text: str) -> str:
     """`snippet`, a part of `text` (marks aside), with "…" where the text goes on past it."""
     bare = snippet.replace(MARK_START, "").replace(MARK_END, "").strip()
     head = "" if text.lstrip().startswith(bare[:20]) else "…"

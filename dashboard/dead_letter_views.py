@@ -32,7 +32,7 @@ def filter_form(data: QueryDict) -> DeadLetterFilterForm:
 
 
 def filtered(form: DeadLetterFilterForm) -> QuerySet[DeadLetter]:
-    return selectors.dead_letters_matching(form.cleaned_data if form.is_valid() else None)
+    return selectors.dead_letters_matching(data=form.cleaned_data if form.is_valid() else None)
 
 
 @never_cache
@@ -70,9 +70,9 @@ def detail_page(request, dead_letter, *, forms=None, status=200) -> HttpResponse
         {
             "dead_letter": dead_letter,
             "message": message,
-            "around": selectors.exchanges_around(message),
-            "attempts": selectors.attempts_of(dead_letter),
-            "actions": selectors.dead_letter_actions(dead_letter),
+            "around": selectors.exchanges_around(message=message),
+            "attempts": selectors.attempts_of(dead_letter=dead_letter),
+            "actions": selectors.dead_letter_actions(dead_letter=dead_letter),
             "paused": dead_letter.conversation.state == Conversation.State.PAUSED,
             **forms,
         },

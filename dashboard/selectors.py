@@ -60,11 +60,11 @@ def workers_overview() -> QuerySet[Worker]:
             default=Value("stale"),
             output_field=CharField(),
         ),
-        seen_ago=age_of("last_seen_at"),
+        seen_ago=age_of(field="last_seen_at"),
     ).order_by("stopped_at", "name")
 
 
-def age_of(field: str) -> ExpressionWrapper:
+def age_of(*, field: str) -> ExpressionWrapper:
     """How long ago, on the database's clock: the one clock every host agrees on."""
     return ExpressionWrapper(Now() - F(field), output_field=DurationField())
 
@@ -73,7 +73,9 @@ def running_attempts() -> QuerySet[Run]:
     return (
         Run.objects.filter(state=Run.State.RUNNING)
         .select_related("message", "conversation")
-        .annotate(heartbeat_age=age_of("heartbeat_at"), running_for=age_of("started_at"))
+        .annotate(
+            heartbeat_age=age_of(field="heartbeat_at"), running_for=age_of(field="started_at")
+        )
         .order_by("started_at")
     )
 
@@ -148,13 +150,13 @@ def reply_figures(*, within: timedelta = timedelta(hours=1)) -> ReplyFigures:
     answered = replies.count()
     return ReplyFigures(
         answered=answered,
-        p50=percentile_by_offset(replies, "delay", fraction=0.5, count=answered),
-        p95=percentile_by_offset(replies, "delay", fraction=0.95, count=answered),
+        p50=percentile_by_offset(rows=replies, field="delay", fraction=0.5, count=answered),
+        p95=percentile_by_offset(rows=replies, field="delay", fraction=0.95, count=answered),
     )
 
 
 def percentile_by_offset(
-    rows: QuerySet, field: str, *, fraction: float, count: int
+    *, rows: QuerySet, field: str, fraction: float, count: int
 ) -> timedelta | None:
     """percentile_cont computed from the one or two rows around the fraction's position, read
     in order by offset: the same value PostgreSQL gives, on databases that lack the aggregate."""
@@ -269,7 +271,7 @@ def waiting_conversations() -> QuerySet[Conversation]:
     )
 
 
-def waiting_of(conversation: Conversation) -> Waiting:
+def waiting_of(*, conversation: Conversation) -> Waiting:
     """One row of the Waiting page, from a conversation of `waiting_conversations()`."""
     left = conversation.backoff_left
     backing_off = left is not None and left > timedelta(0)
@@ -317,7 +319,7 @@ def paused_conversations() -> QuerySet[Conversation]:
     )
 
 
-def conversation_record(conversation: Conversation) -> dict[str, QuerySet]:
+def conversation_record(*, conversation: Conversation) -> dict[str, QuerySet]:
     """What staff read of one conversation's past: its crashes, attempts, alerts, dead letters
     and staff actions, the newest of each."""
     return {
@@ -329,7 +331,7 @@ def conversation_record(conversation: Conversation) -> dict[str, QuerySet]:
     }
 
 
-def alerts_shown(show: str) -> QuerySet[Alert]:
+def alerts_shown(*, show: str) -> QuerySet[Alert]:
     """The alerts a staff member asked for: "open", "acknowledged", or any other value for all."""
     found = Alert.objects.select_related("conversation", "acknowledged_by")
     if show == "open":
@@ -349,7 +351,7 @@ def dead_letter_error_classes() -> list[str]:
     )
 
 
-def dead_letters_matching(data: dict | None) -> QuerySet[DeadLetter]:
+def dead_letters_matching(*, data: dict | None) -> QuerySet[DeadLetter]:
     """The dead letters a staff member's filter matches (its cleaned data; none for None, a
     filter that is not valid), the newest first."""
     found = DeadLetter.objects.select_related("owner", "conversation", "message")
@@ -377,14 +379,14 @@ def dead_letters_matching(data: dict | None) -> QuerySet[DeadLetter]:
     return found.order_by("-created_at", "-id")
 
 
-def dead_letter_actions(dead_letter: DeadLetter) -> QuerySet[StaffAction]:
+def dead_letter_actions(*, dead_letter: DeadLetter) -> QuerySet[StaffAction]:
     return StaffAction.objects.filter(dead_letter=dead_letter)
 
 
 AROUND = 3  # exchanges shown before and after a dead message
 
 
-def exchanges_around(message: Message) -> list[Message]:
+def exchanges_around(*, message: Message) -> list[Message]:
     """The user messages just before and after this one, with their replies."""
     asked = Message.objects.filter(
         conversation_id=message.conversation_id, role=Message.Role.USER
@@ -394,7 +396,7 @@ def exchanges_around(message: Message) -> list[Message]:
     return [*before, message, *after]
 
 
-def attempts_of(dead_letter: DeadLetter) -> list[dict]:
+def attempts_of(*, dead_letter: DeadLetter) -> list[dict]:
     """Every attempt with the context it was given; from the stored runs while retention keeps
     them, else from the snapshot taken when the message was dead-lettered."""
     runs = list(dead_letter.message.runs.order_by("id"))
@@ -405,7 +407,7 @@ def attempts_of(dead_letter: DeadLetter) -> list[dict]:
                 "snapshot": True,
                 "started_at": parse_datetime(attempt.get("started_at") or ""),
                 **attempt_times(
-                    Run(
+                    run=Run(
                         state=attempt.get("state", ""),
                         started_at=parse_datetime(attempt.get("started_at") or ""),
                         ended_at=parse_datetime(attempt.get("ended_at") or ""),
@@ -424,7 +426,7 @@ def attempts_of(dead_letter: DeadLetter) -> list[dict]:
             "state": run.get_state_display(),
             "worker": run.worker or run.node,
             "started_at": run.started_at,
-            **attempt_times(run),
+            **attempt_times(run=run),
             "error": run.error,
             "traceback": run.traceback,
             "context": run_context_text(contexts[run.pk]) if run.pk in contexts else "",
@@ -433,7 +435,7 @@ def attempts_of(dead_letter: DeadLetter) -> list[dict]:
     ]
 
 
-def attempt_times(run) -> dict:
+def attempt_times(*, run) -> dict:
     """When an attempt really ended, and when that was noticed. A crashed process wrote
     nothing at its death: its last heartbeat is its last sign of life, and `ended_at` is when
     the watchdog noticed, up to a heartbeat TTL later. The duration runs to the real end."""

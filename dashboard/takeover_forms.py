@@ -29,7 +29,7 @@ def takeover_context(conversation: Conversation, **forms) -> dict:
         "reply_form": forms.get("reply_form")
         or StaffReplyForm(initial={"answering": waiting.pk if waiting else None}),
         "hand_back_form": forms.get("hand_back_form") or HandBackForm(),
-        "thread": exchanges_page(conversation).exchanges if taken_over else [],
+        "thread": exchanges_page(conversation=conversation).exchanges if taken_over else [],
         "waiting": waiting,
         "thread_stamp": thread_stamp(conversation) if taken_over else "",
     }

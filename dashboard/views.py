@@ -89,7 +89,7 @@ def waiting_page(request, *, invalid: tuple[int, str, Form] | None = None, statu
     page = Paginator(selectors.waiting_conversations(), PAGE_SIZE).get_page(request.GET.get("page"))
     rows = []
     for conversation in page:
-        row = selectors.waiting_of(conversation)
+        row = selectors.waiting_of(conversation=conversation)
         forms = {
             "retry_now": RetryNowForm(prefix=f"retry-{conversation.pk}"),
             "pause": PauseForm(prefix=f"pause-{conversation.pk}"),
@@ -213,7 +213,7 @@ def conversation_page(
             "chart": timeline_chart(
                 selectors.crash_timeline(hours=24 * 7, crashes=conversation.crashes.all())
             ),
-            **selectors.conversation_record(conversation),
+            **selectors.conversation_record(conversation=conversation),
             "resume_form": resume_form or ReasonForm(),
         },
         status=status,
@@ -250,7 +250,7 @@ def conversation_resume_view(request: HttpRequest, pk: int) -> HttpResponse:
 @staff_required
 def alerts_view(request: HttpRequest) -> HttpResponse:
     show = request.GET.get("show", "open")
-    found = selectors.alerts_shown(show)
+    found = selectors.alerts_shown(show=show)
     return render(
         request,
         "dashboard/alerts.html",

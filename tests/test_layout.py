@@ -1,9 +1,11 @@
 """How the tests are laid out: what they share is in tests/helpers, and no test module imports
-another (import-linter's wildcards cannot name "every module called test_*"); and how the
-history reads: commit subjects of at most 72 characters (docs/contributing.md)."""
+another (import-linter's wildcards cannot name "every module called test_*"); how the code
+reads: selectors take keyword arguments only; and how the history reads: commit subjects of at
+most 72 characters (docs/contributing.md)."""
 
 from __future__ import annotations
 
+import inspect
 import shutil
 import subprocess
 from pathlib import Path
@@ -30,6 +32,26 @@ def test_no_test_module_imports_another():
         if is_test_module(other)
     }
     assert not imported, sorted(imported)
+
+
+@pytest.mark.parametrize("module_name", ["continuity.selectors", "dashboard.selectors"])
+def test_selectors_take_keyword_arguments_only(module_name):
+    """A call names what it passes (`exchanges_page(conversation=c, before=m)`): the many
+    selectors that take a conversation, a message or an id cannot be given the wrong one."""
+    module = __import__(module_name, fromlist=["_"])
+    positional = {
+        name: [each.name for each in parameters]
+        for name, function in inspect.getmembers(module, inspect.isfunction)
+        if function.__module__ == module_name
+        and (
+            parameters := [
+                each
+                for each in inspect.signature(function).parameters.values()
+                if each.kind in (each.POSITIONAL_ONLY, each.POSITIONAL_OR_KEYWORD)
+            ]
+        )
+    }
+    assert positional == {}
 
 
 @pytest.mark.processes  # it runs git

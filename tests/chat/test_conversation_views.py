@@ -298,10 +298,10 @@ def test_a_search_result_shows_the_words_around_the_match_as_text():
     from continuity.selectors import MARK_END, MARK_START, snippet_around
 
     text = ("Before that, " * 12) + "we **ship the compiler** on Friday, " + ("then rest. " * 20)
-    snippet = snippet_around(text, "COMPILER")
+    snippet = snippet_around(text=text, query="COMPILER")
     assert snippet.startswith("…that,") and snippet.endswith("…")  # cut between words
     assert f"{MARK_START}compiler{MARK_END}" in snippet
-    assert snippet_around("Ship it", "ship") == f"{MARK_START}Ship{MARK_END} it"
+    assert snippet_around(text="Ship it", query="ship") == f"{MARK_START}Ship{MARK_END} it"
 
     chat = ConversationFactory(title="Plans")
     message_accept(conversation=chat, text=text, client_id=uuid.uuid4())

@@ -47,7 +47,7 @@ def test_regenerate_asks_the_last_message_again_and_keeps_the_old_reply(chat):
     chat.refresh_from_db()
     assert chat.branch_changes == 1
     store_reply(again, "Another reply to three")
-    [exchange] = exchanges_of(chat, message_ids=[again.pk])
+    [exchange] = exchanges_of(conversation=chat, message_ids=[again.pk])
     assert (exchange.versions.ids, exchange.versions.position) == ((last.pk, again.pk), 2)
     assert not exchange.versions.edited  # same text: the switcher goes with the reply
 
@@ -79,7 +79,7 @@ def test_editing_a_message_starts_a_branch_and_the_next_attempt_sees_only_it(cha
     refs = context_gather(message=edited)
     turns = Message.objects.in_bulk(refs.turns)
     assert [turns[pk].text for pk in refs.turns] == ["one", "Reply to one"]
-    [exchange] = exchanges_of(chat, message_ids=[edited.pk])
+    [exchange] = exchanges_of(conversation=chat, message_ids=[edited.pk])
     assert exchange.versions.edited and exchange.versions.position == 2
 
 
@@ -195,15 +195,15 @@ def test_summaries_and_handoffs_of_a_hidden_branch_are_left_out(chat):
 def test_the_page_loads_the_newest_exchanges_and_older_ones_on_request():
     chat = ConversationFactory()
     questions = [answered(chat, f"question {n}") for n in range(75)]
-    newest = exchanges_page(chat)
+    newest = exchanges_page(conversation=chat)
     assert [e.message.pk for e in newest.exchanges] == [q.pk for q in questions[45:]]
     assert newest.older_than == questions[45].pk
-    older = exchanges_page(chat, before=newest.older_than)
+    older = exchanges_page(conversation=chat, before=newest.older_than)
     assert [e.message.pk for e in older.exchanges] == [q.pk for q in questions[15:45]]
-    oldest = exchanges_page(chat, before=older.older_than)
+    oldest = exchanges_page(conversation=chat, before=older.older_than)
     assert [e.message.pk for e in oldest.exchanges] == [q.pk for q in questions[:15]]
     assert oldest.older_than is None
-    since = exchanges_page(chat, since=questions[10].pk)
+    since = exchanges_page(conversation=chat, since=questions[10].pk)
     assert since.exchanges[0].message == questions[10] and since.older_than == questions[10].pk
 
 

@@ -29,7 +29,7 @@ def conversation():
 def test_a_queued_message_is_read_with_one_query(conversation, django_assert_num_queries):
     message = send(conversation, "Hello")
     with django_assert_num_queries(1):
-        [exchange] = exchanges_of(conversation, message_ids=[message.pk])
+        [exchange] = exchanges_of(conversation=conversation, message_ids=[message.pk])
     assert exchange.message == message and exchange.reply is None
     assert exchange.recoveries == () and exchange.versions is None
 
@@ -37,7 +37,7 @@ def test_a_queued_message_is_read_with_one_query(conversation, django_assert_num
 def test_a_message_just_accepted_is_shown_as_stored(conversation, django_assert_num_queries):
     message = send(conversation, "Hello")
     with django_assert_num_queries(0):
-        exchange = exchange_as_accepted(conversation, message)
+        exchange = exchange_as_accepted(conversation=conversation, message=message)
     assert exchange.message is message and exchange.reply is None
 
 
@@ -46,7 +46,7 @@ def test_a_resubmitted_message_that_moved_on_is_read_again(conversation):
     message_accept(conversation=conversation, text="Hello", client_id=client_id)
     attempt_begin(conversation_id=conversation.pk)
     again = message_accept(conversation=conversation, text="Hello", client_id=client_id)
-    exchange = exchange_as_accepted(conversation, again)
+    exchange = exchange_as_accepted(conversation=conversation, message=again)
     assert exchange.message.state == Message.State.PROCESSING
     assert exchange.streaming_run_id is not None
 
@@ -57,7 +57,7 @@ def test_a_message_being_answered_reads_its_stored_chunks(conversation, django_a
     for seq, text in enumerate(["Hel", "lo"], start=1):
         ReplyChunk.objects.create(message=message, run=run, seq=seq, text=text)
     with django_assert_num_queries(3):  # the message, its running attempt, that one's chunks
-        [exchange] = exchanges_of(conversation, message_ids=[message.pk])
+        [exchange] = exchanges_of(conversation=conversation, message_ids=[message.pk])
     assert (exchange.streaming_run_id, exchange.streamed_text, exchange.last_seq) == (
         run.pk,
         "Hello",
@@ -78,7 +78,7 @@ def test_an_answered_message_reads_its_reply_and_its_versions(
         reply_to=message,
     )
     with django_assert_num_queries(3):  # the message, its reply, any later versions
-        [exchange] = exchanges_of(conversation, message_ids=[message.pk])
+        [exchange] = exchanges_of(conversation=conversation, message_ids=[message.pk])
     assert exchange.reply == reply
 
 
@@ -87,10 +87,10 @@ def test_the_status_asks_for_a_backoff_only_when_one_is_set(
 ):
     message = send(conversation, "Hello")
     with django_assert_num_queries(1):  # whether an interrupted message waits for a worker
-        status = conversation_status(conversation)
+        status = conversation_status(conversation=conversation)
     assert status["retry_in"] is None and not status["resuming"]
     Message.objects.filter(pk=message.pk).update(interruptions=1)  # a planned restart
-    assert conversation_status(conversation)["resuming"]
+    assert conversation_status(conversation=conversation)["resuming"]
 
     Message.objects.filter(pk=message.pk).update(attempts=1)
     Conversation.objects.filter(pk=conversation.pk).update(
@@ -98,7 +98,7 @@ def test_the_status_asks_for_a_backoff_only_when_one_is_set(
     )
     conversation.refresh_from_db()
     with django_assert_num_queries(1):
-        assert 25 <= conversation_status(conversation)["retry_in"] <= 30
+        assert 25 <= conversation_status(conversation=conversation)["retry_in"] <= 30
 
 
 def test_a_message_interrupted_again_shows_its_last_partial_reply_and_folds_earlier_banners(
@@ -135,7 +135,7 @@ def test_a_message_interrupted_again_shows_its_last_partial_reply_and_folds_earl
     stopped_run(2, Run.State.INTERRUPTED, f"{MODEL_BUSY}: all slots taken")
     Message.objects.filter(pk=message.pk).update(attempts=2)
 
-    [exchange] = exchanges_of(conversation, message_ids=[message.pk])
+    [exchange] = exchanges_of(conversation=conversation, message_ids=[message.pk])
     assert exchange.interrupted.text == "Nice to meet you "
     assert exchange.interrupted.why == "a worker process stopped"
     html = render_to_string("chat/conversation.html#exchange", {"exchange": exchange})

@@ -52,12 +52,12 @@ def test_a_takeover_gives_the_attempt_back_and_supports_reply_answers_its_questi
     assert (action.kind, action.details) == ("take_over", {"interrupted_run": run.pk})
 
     # While it waits, the page shows that the attempt stopped and why, not as an answer.
-    (shown,) = exchanges_of(chat, message_ids=[first.pk])
+    (shown,) = exchanges_of(conversation=chat, message_ids=[first.pk])
     assert shown.reply is None
     assert shown.interrupted.why == "support took the conversation over"
     reply = staff_reply(conversation=chat, by=opal, text="Hi Ada, I'm Opal", answering=first.pk)
     assert (reply.reply_to_id, reply.role) == (first.pk, "staff")
-    assert exchanges_of(chat, message_ids=[first.pk])[0].reply == reply
+    assert exchanges_of(conversation=chat, message_ids=[first.pk])[0].reply == reply
 
 
 def taking_over_while(conversation, *, opal, answering: str, at_token: int | None):
