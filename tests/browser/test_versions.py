@@ -47,7 +47,7 @@ def replies(page: Page) -> list[str]:
 
 
 def shown(conversation) -> list[str]:
-    rows = conversation.messages.filter(hidden_with__isnull=True).order_by("id")
+    rows = conversation.messages.shown().order_by("id")
     return list(rows.values_list("text", flat=True))
 
 

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.django_db
 
 
 def shown_texts(conversation: Conversation) -> list[str]:
-    shown = conversation.messages.filter(hidden_with__isnull=True).order_by("id")
+    shown = conversation.messages.shown().order_by("id")
     return list(shown.values_list("text", flat=True))
 
 
@@ -222,7 +222,7 @@ def test_regenerating_after_a_burst_hides_only_that_question_and_its_reply():
 
     reply_regenerate(message=second, client_id=uuid.uuid4())
 
-    shown = Message.objects.filter(conversation=chat, hidden_with__isnull=True)
+    shown = Message.objects.filter(conversation=chat).shown()
     assert first_reply in shown and first in shown
     assert second not in shown and second_reply not in shown
 
