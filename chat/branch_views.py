@@ -14,6 +14,7 @@ from django.views.decorators.http import require_GET, require_POST
 from continuity.actions import message_edit, reply_regenerate, version_show
 from continuity.delivery import message_accept
 from continuity.errors import ClientIdReused, InvalidMessage, InvalidTransition
+from continuity.htmx import HtmxHttpRequest
 from continuity.models import Message
 from continuity.selectors import exchanges_page
 
@@ -48,7 +49,7 @@ def own_user_message(request: HttpRequest, pk: int, message_pk: int) -> Message:
     return get_object_or_404(conversation.messages, pk=message_pk, role=Message.Role.USER)
 
 
-def refused(request: HttpRequest, message: Message, text: str, status: int) -> HttpResponse:
+def refused(request: HtmxHttpRequest, message: Message, text: str, status: int) -> HttpResponse:
     """The reason, said where the form is (htmx), or on the conversation page."""
     if request.htmx:
         return HttpResponse(text, status=status, content_type="text/plain; charset=utf-8")
@@ -56,7 +57,7 @@ def refused(request: HttpRequest, message: Message, text: str, status: int) -> H
     return redirect(conversation_url(message.conversation))
 
 
-def done(request: HttpRequest, message: Message, anchor_id: int) -> HttpResponse:
+def done(request: HtmxHttpRequest, message: Message, anchor_id: int) -> HttpResponse:
     """204 for htmx (the page learns what changed over its websocket), else back to the page."""
     if request.htmx:
         return focus_exchange(HttpResponse(status=204), anchor_id)
@@ -151,7 +152,7 @@ def version_show_view(request: HttpRequest, pk: int, message_pk: int) -> HttpRes
 @never_cache
 @require_GET
 @login_required_or_401
-def exchanges_older_view(request: HttpRequest, pk: int) -> HttpResponse:
+def exchanges_older_view(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     """The page of exchanges before `before`, with the link to the ones before those."""
     conversation = own_conversation(request, pk)
     try:

@@ -22,6 +22,7 @@ from continuity.actions import (
     conversation_rename,
 )
 from continuity.errors import InvalidMessage
+from continuity.htmx import HtmxHttpRequest
 from continuity.models import Conversation
 from continuity.selectors import (
     MARK_END,
@@ -49,7 +50,7 @@ def back_to(conversation: Conversation):
 
 @require_POST
 @login_required_or_401
-def conversation_rename_view(request: HttpRequest, pk: int) -> HttpResponse:
+def conversation_rename_view(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     conversation = own_conversation(request, pk)
     form = RenameForm(request.POST)
     try:

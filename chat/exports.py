@@ -8,6 +8,7 @@ from zoneinfo import ZoneInfo, available_timezones
 
 from continuity.actions import support_name
 from continuity.models import Conversation, Message
+from continuity.selectors import reply_note
 
 from .rendering import markdown_closed
 
@@ -49,8 +50,8 @@ def export_markdown(conversation: Conversation, zone: ZoneInfo | None = None) ->
         lines += [f"## {who} · {export_time(message.created_at, zone)}", ""]
         if message.role == Message.Role.USER and message.state == Message.State.DEAD:
             lines += ["*(This message could not be processed.)*", ""]
-        if message.stopped or message.cut_off:
-            lines += [markdown_closed(message.text), "", f"*({ending_of(message)})*", ""]
+        if note := reply_note(reply=message):
+            lines += [markdown_closed(message.text), "", f"*({note.text})*", ""]
             continue
         lines += [message.text, ""]
     return "\n".join(lines)
@@ -62,14 +63,6 @@ def author_of(message: Message) -> str:
     if message.role == Message.Role.STAFF:
         return f"{support_name(message.author) if message.author else 'Someone'} (support)"
     return "Assistant"
-
-
-def ending_of(message: Message) -> str:
-    if message.stopped and message.stopped_by_staff:
-        return "Stopped by staff: this reply was cut short."
-    if message.stopped:
-        return "Stopped: this reply was cut short at your request."
-    return "Cut off: the model reached its length limit."
 
 
 def export_json(conversation: Conversation, zone: ZoneInfo | None = None) -> dict:

@@ -12,6 +12,7 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import push_url
 
 from continuity.context import memory_fact_forget, memory_fact_revise, memory_facts_of
+from continuity.htmx import HtmxHttpRequest
 
 from .forms import MemoryFactForm
 from .rendering import FACT_LABELS, fact_label
@@ -40,7 +41,7 @@ def shown_order(fact) -> tuple[int, str]:
 
 
 def memory_page(
-    request: HttpRequest, *, rows: list[dict], confirm=None, notice: str = "", status: int = 200
+    request: HtmxHttpRequest, *, rows: list[dict], confirm=None, notice: str = "", status: int = 200
 ) -> HttpResponse:
     """The page, or only its main part for htmx (which swaps it in place and moves the URL)."""
     template = f"{PAGE}#main" if request.htmx else PAGE
@@ -49,7 +50,7 @@ def memory_page(
     return push_url(response, request.path) if request.htmx and confirm else response
 
 
-def memory_done(request: HttpRequest, notice: str) -> HttpResponse:
+def memory_done(request: HtmxHttpRequest, notice: str) -> HttpResponse:
     if not request.htmx:
         messages.success(request, notice)
         return redirect("chat:memory")

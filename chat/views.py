@@ -23,6 +23,7 @@ from continuity.context import message_too_long
 from continuity.database.outages import database_unreachable
 from continuity.delivery import conversation_start, message_accept
 from continuity.errors import ClientIdReused, InvalidTransition
+from continuity.htmx import HtmxHttpRequest
 from continuity.models import Conversation, DeadLetter, Message
 from continuity.selectors import (
     SIDEBAR_SIZE,
@@ -53,7 +54,7 @@ def login_required_or_401(view):
     page_view = login_required(view)
 
     @wraps(view)
-    def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+    def wrapper(request: HtmxHttpRequest, *args, **kwargs) -> HttpResponse:
         if request.htmx and not request.user.is_authenticated:
             return HttpResponse("Your session has ended; sign in again.", status=401)
         return page_view(request, *args, **kwargs)
@@ -124,7 +125,10 @@ def page_context(request: HttpRequest, conversation: Conversation | None, form: 
 
 
 def composer_invalid(
-    request: HttpRequest, conversation: Conversation | None, form: MessageForm, status: int = 422
+    request: HtmxHttpRequest,
+    conversation: Conversation | None,
+    form: MessageForm,
+    status: int = 422,
 ):
     """The errors, with the user's text kept in the composer."""
     if request.htmx:
@@ -195,7 +199,7 @@ def home_view(request: HttpRequest) -> HttpResponse:
 @require_POST
 @made_again_through_outages
 @login_required_or_401
-def conversation_new_view(request: HttpRequest) -> HttpResponse:
+def conversation_new_view(request: HtmxHttpRequest) -> HttpResponse:
     form = NewConversationForm(request.POST)
     if not form.is_valid():
         return composer_invalid(request, None, form)
@@ -229,7 +233,7 @@ def conversation_detail_view(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 @made_again_through_outages
 @login_required_or_401
-def message_send_view(request: HttpRequest, pk: int) -> HttpResponse:
+def message_send_view(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     conversation = own_conversation(request, pk)
     form = MessageForm(request.POST)
     if not form.is_valid():
@@ -262,7 +266,7 @@ def message_send_view(request: HttpRequest, pk: int) -> HttpResponse:
 @never_cache
 @require_POST
 @login_required_or_401
-def retry_now_view(request: HttpRequest, pk: int) -> HttpResponse:
+def retry_now_view(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     """*Retry now* while a retry waits out its backoff; refused (409) once there is none."""
     conversation = own_conversation(request, pk)
     try:
@@ -281,7 +285,7 @@ def retry_now_view(request: HttpRequest, pk: int) -> HttpResponse:
 @never_cache
 @require_POST
 @login_required_or_401
-def reply_stop_view(request: HttpRequest, pk: int, message_pk: int) -> HttpResponse:
+def reply_stop_view(request: HtmxHttpRequest, pk: int, message_pk: int) -> HttpResponse:
     """*Stop* while a reply is written: 204 (the page learns the outcome over its websocket),
     or 409 when nothing is being written any more (finished, or not begun)."""
     conversation = own_conversation(request, pk)
@@ -299,7 +303,7 @@ def reply_stop_view(request: HttpRequest, pk: int, message_pk: int) -> HttpRespo
 @never_cache
 @require_POST
 @login_required_or_401
-def message_retry_view(request: HttpRequest, pk: int, message_pk: int) -> HttpResponse:
+def message_retry_view(request: HtmxHttpRequest, pk: int, message_pk: int) -> HttpResponse:
     """*Retry* on the person's own message that could not be processed: it is asked again at
     the end of the conversation, as staff would (the dead letter records who and why)."""
     conversation = own_conversation(request, pk)

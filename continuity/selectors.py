@@ -43,6 +43,32 @@ class Exchange:
     versions: Versions | None = None
     interrupted: Interrupted | None = None
 
+    @property
+    def reply_note(self) -> ReplyNote | None:
+        return reply_note(reply=self.reply) if self.reply is not None else None
+
+
+@dataclass(frozen=True)
+class ReplyNote:
+    """Why a reply ended before it was finished, said under it (and in an export)."""
+
+    kind: str  # "stopped" or "cut-off": the page marks the note data-stopped or data-cut-off
+    text: str
+
+
+def reply_note(*, reply: Message) -> ReplyNote | None:
+    """The note of a reply that was stopped (by its person or by staff) or that the model cut
+    off at its length limit; None for a finished one."""
+    if reply.stopped:
+        by = "Stopped by staff" if reply.stopped_by_staff else "Stopped"
+        if not reply.text:
+            return ReplyNote("stopped", f"{by} before anything was written.")
+        at_request = "" if reply.stopped_by_staff else " at your request"
+        return ReplyNote("stopped", f"{by}: this reply was cut short{at_request}.")
+    if reply.cut_off:
+        return ReplyNote("cut-off", "Cut off: the model reached its length limit.")
+    return None
+
 
 @dataclass(frozen=True)
 class Interrupted:

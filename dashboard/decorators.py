@@ -4,7 +4,9 @@ from functools import wraps
 
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import HttpResponse
+from django_htmx.http import HttpResponseClientRefresh
+
+from continuity.htmx import HtmxHttpRequest
 
 
 def staff_required(view):
@@ -14,9 +16,9 @@ def staff_required(view):
     the login page is shown whole rather than swapped into a part of the old one."""
 
     @wraps(view)
-    def gate(request, *args, **kwargs):
+    def gate(request: HtmxHttpRequest, *args, **kwargs):
         if request.htmx and not request.user.is_authenticated:
-            return HttpResponse(status=204, headers={"HX-Refresh": "true"})
+            return HttpResponseClientRefresh()
         return staff_only(request, *args, **kwargs)
 
     @login_required

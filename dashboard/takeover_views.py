@@ -9,6 +9,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
+from django_htmx.http import HttpResponseClientRefresh
 
 from continuity.actions import conversation_hand_back, conversation_take_over, staff_reply
 from continuity.errors import InvalidTransition
@@ -85,9 +86,7 @@ def thread_view(request: HttpRequest, pk: int) -> HttpResponse:
     """The thread of a taken-over conversation, which the page polls while support answers."""
     conversation = conversation_of(pk)
     if conversation.state != Conversation.State.TAKEN_OVER:
-        response = HttpResponse(status=204)
-        response["HX-Refresh"] = "true"  # handed back meanwhile: the page shows it whole
-        return response
+        return HttpResponseClientRefresh()  # handed back meanwhile: the page shows it whole
     if request.GET.get("stamp") == thread_stamp(conversation):
         return HttpResponse(status=204)  # unchanged: a screen reader hears nothing again
     return render(

@@ -20,6 +20,7 @@ from continuity.actions import (
 )
 from continuity.delivery import alerts_reach_someone
 from continuity.errors import InvalidTransition
+from continuity.htmx import HtmxHttpRequest
 from continuity.models import Alert, Conversation, Message, Run
 
 from . import selectors
@@ -35,7 +36,7 @@ PAGE_SIZE = 50
 @never_cache
 @require_GET
 @staff_required
-def index_view(request: HttpRequest) -> HttpResponse:
+def index_view(request: HtmxHttpRequest) -> HttpResponse:
     """Live state at a glance; htmx polls the overview partial, a reload renders it whole."""
     template = "dashboard/index.html#overview" if request.htmx else "dashboard/index.html"
     return render(

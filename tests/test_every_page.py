@@ -69,9 +69,10 @@ NOT_PAGES = {
     "dashboard/conversations/<int:pk>/take-over/": ACTION,
     "dashboard/conversations/<int:pk>/reply/": ACTION,
     "dashboard/conversations/<int:pk>/hand-back/": ACTION,
-    # A taken-over conversation's thread, which its page polls; of any other conversation, 204
-    # with HX-Refresh (handed back meanwhile). tests/continuity/test_takeover.py opens it.
-    "dashboard/conversations/<int:pk>/thread/": 204,
+    # A taken-over conversation's thread, which its page polls; of any other conversation, an
+    # empty answer with HX-Refresh (handed back meanwhile: HttpResponseClientRefresh).
+    # tests/continuity/test_takeover.py opens it.
+    "dashboard/conversations/<int:pk>/thread/": 200,
     # A lookup: a message id to its timeline, or back to the overview with a warning.
     "dashboard/messages/": 302,
     "dashboard/alerts/<int:pk>/acknowledge/": ACTION,

@@ -142,3 +142,49 @@ def test_a_message_interrupted_again_shows_its_last_partial_reply_and_folds_earl
     assert "data-interrupted" in html and "Nice to meet you" in html
     # The banner of the recovery before is a detail now: the status line is the one notice.
     assert 'class="banner recovery"' not in html and "data-earlier-attempts" in html
+
+
+@pytest.mark.parametrize(
+    ("ending", "text", "note"),
+    [
+        ({}, "Done.", None),
+        (
+            {"stopped": True},
+            "Once upon",
+            ("stopped", "Stopped: this reply was cut short at your request."),
+        ),
+        ({"stopped": True}, "", ("stopped", "Stopped before anything was written.")),
+        (
+            {"stopped": True, "stopped_by_staff": True},
+            "Once upon",
+            ("stopped", "Stopped by staff: this reply was cut short."),
+        ),
+        (
+            {"stopped": True, "stopped_by_staff": True},
+            "",
+            ("stopped", "Stopped by staff before anything was written."),
+        ),
+        (
+            {"cut_off": True},
+            "Once upon",
+            ("cut-off", "Cut off: the model reached its length limit."),
+        ),
+    ],
+)
+def test_an_unfinished_reply_says_why_once_in_its_exchange(conversation, ending, text, note):
+    """The page and the export say the same note, read from the exchange (`reply_note`)."""
+    from continuity.selectors import reply_note
+
+    question = send(conversation, "Tell me a story")
+    reply = Message.objects.create(
+        conversation=conversation,
+        role=Message.Role.ASSISTANT,
+        reply_to=question,
+        text=text,
+        **ending,
+    )
+    Message.objects.filter(pk=question.pk).update(state=Message.State.DONE)
+    (exchange,) = exchanges_of(conversation=conversation, message_ids=[question.pk])
+    said = exchange.reply_note
+    assert (said and (said.kind, said.text)) == (note or None)
+    assert reply_note(reply=reply) == said
