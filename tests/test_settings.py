@@ -14,6 +14,8 @@ from continuity.settings.env import env
     ("raw", "default", "expected"),
     [
         ("yes", False, True),
+        ("on", False, True),
+        ("off", True, False),
         ("0", True, False),
         ("", True, False),
         ("12", 5, 12),

@@ -26,7 +26,9 @@ CONTINUITY_BRAINS = {
 }
 # The brains a person may pick for a conversation (the first is the default for new ones);
 # a conversation without a choice uses CONTINUITY_BRAIN.
-CONTINUITY_BRAIN_CHOICES = env("CONTINUITY_BRAIN_CHOICES", [CONTINUITY_BRAIN])
+CONTINUITY_BRAIN_CHOICES = env(
+    "CONTINUITY_BRAIN_CHOICES", [CONTINUITY_BRAIN.strip()] if CONTINUITY_BRAIN.strip() else []
+)
 # The `openai` brain: any OpenAI-compatible /v1/chat/completions server (docs/model-backends.md).
 CONTINUITY_OPENAI_BASE_URL = env("CONTINUITY_OPENAI_BASE_URL", "http://127.0.0.1:11434/v1")
 CONTINUITY_OPENAI_API_KEY = env("CONTINUITY_OPENAI_API_KEY", "")

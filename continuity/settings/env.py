@@ -24,7 +24,9 @@ def env(name: str, default: T) -> T:
     if isinstance(default, bool):
         if raw.strip().lower() in TRUE | FALSE:
             return raw.strip().lower() in TRUE  # type: ignore[return-value]
-        raise ImproperlyConfigured(f"{name}={raw!r}: expected 1 or 0 (true, false, yes, no).")
+        raise ImproperlyConfigured(
+            f"{name}={raw!r}: expected 1 or 0 (true or false, yes or no, on or off)."
+        )
     if isinstance(default, list):
         item_type = type(default[0]) if default else str
         return [_cast(name, item.strip(), item_type) for item in raw.split(",") if item.strip()]  # type: ignore[return-value]
