@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -87,3 +88,19 @@ class WorkerChild(ChildProcess):
             worker_argv(node=node, concurrency=concurrency), env=env, log_path=log_path
         )
         self.node = node
+
+
+class McpServerChild(ChildProcess):
+    """The test MCP server (devtools/mcp_server.py) on `port`, writing every call to `ledger`,
+    which outlives its restarts."""
+
+    def __init__(self, *, port: int, ledger: Path, env: dict[str, str], log_path: Path) -> None:
+        self.port = port
+        self.ledger = ledger
+        self.url = f"http://127.0.0.1:{port}/mcp"
+        argv = [sys.executable, "-m", "devtools.mcp_server", "--port", str(port)]
+        super().__init__([*argv, "--ledger", str(ledger)], env=env, log_path=log_path)
+
+    def answers(self) -> bool:
+        with socket.socket() as probe:
+            return probe.connect_ex(("127.0.0.1", self.port)) == 0

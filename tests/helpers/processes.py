@@ -5,13 +5,14 @@ from __future__ import annotations
 import itertools
 import os
 import socket
+import tempfile
 from pathlib import Path
 
 from django.db import connection
 
 from continuity.models import Run, Worker
 from continuity.ops.web import web_argv
-from devtools.processes import ChildProcess, WorkerChild, watchdog_argv
+from devtools.processes import ChildProcess, McpServerChild, WorkerChild, watchdog_argv
 from devtools.redis_server import free_port
 from tests.helpers.waiting import wait_for
 
@@ -121,4 +122,26 @@ class WebProcess(ChildProcess):
                 return probe.connect_ex((self.address, self.port)) == 0
 
         wait_for(answers, timeout=ready_within, what=f"daphne on {self.url}\n{self.log()[-2000:]}")
+        return self
+
+
+class McpServerProcess(McpServerChild):
+    """The test MCP server as a child process, on a free port; its ledger a new file in
+    test-artifacts, unless the test gives one (to keep it across the server's restarts)."""
+
+    def __init__(self, *, ledger: Path | None = None, port: int | None = None) -> None:
+        log_path = artifact("mcp-server")
+        if ledger is None:
+            ARTIFACTS.mkdir(exist_ok=True)
+            ledger = Path(tempfile.mkstemp(prefix="mcp-ledger-", suffix=".jsonl", dir=ARTIFACTS)[1])
+        super().__init__(
+            port=port or free_port(),
+            ledger=ledger,
+            env=process_env(),
+            log_path=log_path,
+        )
+
+    def start(self, ready_within: float = 30) -> McpServerProcess:
+        super().start()
+        wait_for(self.answers, timeout=ready_within, what=f"the MCP server\n{self.log()[-2000:]}")
         return self
