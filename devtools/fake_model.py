@@ -16,6 +16,12 @@ prompt longer than the window gets what llama-cpp-python's server answers: a str
 a 200 dropped before its first event; one not streamed, a 400 that states the window and the
 prompt's size. With `tokenizer` it counts tokens at `/tokenize`, as llama.cpp's server does;
 `counts` says what a token is to it: a word, or a character (as a byte-level vocabulary's).
+
+Tool calls: `call_tools_next` answers the next request that offers `tools` with calls instead
+of text, streamed as OpenAI streams them: each call's id and name in its first delta, its
+arguments in pieces after it, calls told apart by their `index` (several at once: parallel
+calls, their pieces interleaved), ending with `finish_reason` "tool_calls" or, as some servers
+say it, "stop".
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import re
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -80,6 +87,7 @@ class FakeOpenAI:
         self.interruptions: list[int] = []
         self.keepalive: float | None = None  # seconds between `: ping` comments in a stall
         self.empties: list[bool] = []
+        self.tool_calls: list[ToolCalls] = []  # the answers of the next requests with tools
         self.freezes: list[int] = []
         self.thawed = threading.Event()  # cleared: the whole server answers nothing
         self.thawed.set()
@@ -137,6 +145,14 @@ class FakeOpenAI:
         while not (self.thawed.wait(0.05) or self.released.is_set()):
             pass
 
+    def call_tools_next(
+        self, *calls: tuple[str, dict], finish_reason: str = "tool_calls", times: int = 1
+    ) -> None:
+        """The next `times` requests that offer tools are answered with these calls (a name and
+        its arguments each; several: parallel calls), then `finish_reason`."""
+        with self.lock:
+            self.tool_calls += [ToolCalls(calls, finish_reason)] * times
+
     def empty_next(self, *, times: int = 1) -> None:
         """The next `times` streamed replies are empty: the role, then `[DONE]`."""
         with self.lock:
@@ -165,6 +181,10 @@ class FakeOpenAI:
             self.answered[threading.get_ident()] = change < 0
             self.active += change
             self.most_active = max(self.most_active, self.active)
+
+    def take_tool_calls(self) -> ToolCalls | None:
+        with self.lock:
+            return self.tool_calls.pop(0) if self.tool_calls else None
 
     def take(self, queue: list[int]) -> int | None:
         with self.lock:
@@ -241,6 +261,11 @@ class OpenAIHandler(BaseHTTPRequestHandler):
                 f"This model's maximum context length is {window} tokens. However, your "
                 f"messages resulted in {asked_tokens} tokens.",
             )
+        if body.get("tools") and (calls := self.fake.take_tool_calls()) is not None:
+            if body.get("stream"):
+                return self.stream_tool_calls(calls)
+            self.fake.answering(-1)
+            return self.json(200, tool_completion(self.fake.model, calls))
         if body.get("stream"):
             if self.fake.numbered:
                 takes = [last_user_text(b.get("messages") or []) for b in self.fake.streamed()]
@@ -295,6 +320,33 @@ class OpenAIHandler(BaseHTTPRequestHandler):
             self.send_chunk(b"data: [DONE]\n\n")
             self.send_chunk(b"")
 
+    def stream_tool_calls(self, calls: ToolCalls) -> None:
+        """The calls' deltas: every call's first (its id and name), then the pieces of their
+        arguments, a piece of each call in turn, as a server generating parallel calls sends
+        them."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        chunk_id, model = f"chatcmpl-{uuid.uuid4().hex}", self.fake.model
+        pieces = [arguments_pieces(arguments) for _, arguments in calls.calls]
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # the client left
+            self.event(chunk(chunk_id, model, {"role": "assistant", "content": None}))
+            for index, (name, _) in enumerate(calls.calls):
+                opening = {"index": index, "id": call_id(chunk_id, index), "type": "function"}
+                opening["function"] = {"name": name, "arguments": ""}
+                self.event(chunk(chunk_id, model, {"tool_calls": [opening]}))
+            for turn in range(max(map(len, pieces), default=0)):
+                for index, parts in enumerate(pieces):
+                    if turn < len(parts):
+                        time.sleep(self.fake.delay)
+                        piece = {"index": index, "function": {"arguments": parts[turn]}}
+                        self.event(chunk(chunk_id, model, {"tool_calls": [piece]}))
+            self.fake.answering(-1)
+            self.event(chunk(chunk_id, model, {}, finish_reason=calls.finish_reason))
+            self.send_chunk(b"data: [DONE]\n\n")
+            self.send_chunk(b"")
+
     def nothing(self) -> None:
         """A 200 dropped before its first event: llama-cpp-python's server raises its error
         only once the response has begun, and closes the connection mid-body."""
@@ -340,6 +392,46 @@ def chunk(chunk_id: str, model: str, delta: dict, *, finish_reason: str | None =
         "created": int(time.time()),
         "model": model,
         "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
+    }
+
+
+@dataclass(frozen=True)
+class ToolCalls:
+    """An answer made of tool calls: (name, arguments) each, and how it says it ended."""
+
+    calls: tuple[tuple[str, dict], ...]
+    finish_reason: str = "tool_calls"
+
+
+def call_id(chunk_id: str, index: int) -> str:
+    return f"call_{chunk_id[-8:]}_{index}"
+
+
+def arguments_pieces(arguments: dict, size: int = 7) -> list[str]:
+    """A call's arguments as JSON text, in the small pieces a model streams."""
+    text = json.dumps(arguments)
+    return [text[start : start + size] for start in range(0, len(text), size)] or [""]
+
+
+def tool_completion(model: str, calls: ToolCalls) -> dict:
+    """The calls, not streamed: what a server answers a request with `stream` false."""
+    chunk_id = f"chatcmpl-{uuid.uuid4().hex}"
+    tool_calls = [
+        {
+            "id": call_id(chunk_id, index),
+            "type": "function",
+            "function": {"name": name, "arguments": json.dumps(arguments)},
+        }
+        for index, (name, arguments) in enumerate(calls.calls)
+    ]
+    message = {"role": "assistant", "content": None, "tool_calls": tool_calls}
+    return {
+        "id": chunk_id,
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": calls.finish_reason}],
+        "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
     }
 
 
