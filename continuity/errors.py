@@ -85,3 +85,14 @@ class NextAttemptFailed(Exception):
 
 class InvalidTransition(Exception):
     """A lifecycle change was asked for from a state that does not allow it."""
+
+
+class ToolServerDown(Exception):
+    """A tool's server could not be reached, and the call was never sent: infrastructure, not
+    the message's fault, and nothing happened."""
+
+
+class ToolCallLost(Exception):
+    """A tool call was sent and no answer came (the connection broke, or its time ran out):
+    whether it acted is unknown, so it is not sent again by itself unless the tool is
+    read-only or idempotent."""

@@ -1,0 +1,131 @@
+"""Tools on MCP servers, through the official `mcp` SDK's client over streamable HTTP: what a
+server offers (`server_tools`), and one call (`server_call`).
+
+A call carries its idempotency key in the request's `_meta` (`IDEMPOTENCY_KEY`), the same on
+every run of the same call, so a server can tell a second run from a new call. What a failure
+means for the call's effect is said by which exception it raises:
+- `ToolServerDown`: the call was never sent (the server could not be reached, or its session
+  not opened): nothing happened, and it may be sent later as if for the first time;
+- `ToolCallLost`: the call was sent and no answer came (the connection broke, or the time ran
+  out): it may or may not have acted;
+- a tool's own failure is no exception: its result says `is_error`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+import anyio
+import httpx2
+from mcp.client import Client
+from mcp_types import TextContent, Tool
+
+from ..errors import ToolCallLost, ToolServerDown
+
+IDEMPOTENCY_KEY = "io.continuity/idempotency-key"
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A tool a server offers, with what its annotations say about running it. Left unsaid, a
+    hint takes MCP's default: not read-only, not idempotent, destructive, open world. So a tool
+    that says nothing is treated as the riskiest kind."""
+
+    name: str
+    description: str
+    input_schema: dict
+    read_only: bool = False
+    idempotent: bool = False
+    destructive: bool = True
+    open_world: bool = True
+
+    @classmethod
+    def of(cls, tool: Tool) -> ToolSpec:
+        def said(hint: str, default: bool) -> bool:
+            value = getattr(tool.annotations, hint, None)
+            return default if value is None else value
+
+        return cls(
+            name=tool.name,
+            description=tool.description or "",
+            input_schema=dict(tool.input_schema or {}),
+            read_only=said("read_only_hint", False),
+            idempotent=said("idempotent_hint", False),
+            destructive=said("destructive_hint", True),
+            open_world=said("open_world_hint", True),
+        )
+
+    @property
+    def runs_again_safely(self) -> bool:
+        """Whether a second run, after one whose effect is unknown, changes nothing more."""
+        return self.read_only or self.idempotent
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """What a call returned: its text, and whether the tool reported a failure."""
+
+    text: str
+    is_error: bool
+
+
+def server_tools(url: str, *, timeout: float) -> list[ToolSpec]:
+    """The tools the server at `url` offers. ToolServerDown when it cannot say."""
+
+    async def listed(client: Client) -> list[ToolSpec]:
+        return [ToolSpec.of(tool) for tool in (await client.list_tools()).tools]
+
+    try:
+        return anyio.run(in_session, url, timeout, listed)
+    except ToolCallLost as lost:  # listing acts on nothing: a lost answer is a down server
+        raise ToolServerDown(str(lost)) from lost
+
+
+def server_call(url: str, name: str, arguments: dict, *, key: str, timeout: float) -> ToolResult:
+    """Call the tool `name` on the server at `url` with `arguments` and the call's
+    idempotency `key`, waiting at most `timeout` seconds for its answer."""
+
+    async def called(client: Client) -> ToolResult:
+        result = await client.call_tool(
+            name, arguments, read_timeout_seconds=timeout, meta={IDEMPOTENCY_KEY: key}
+        )
+        text = "\n".join(part.text for part in result.content if isinstance(part, TextContent))
+        return ToolResult(text=text, is_error=bool(result.is_error))
+
+    return anyio.run(in_session, url, timeout, called)
+
+
+# Opening a session (connecting, the MCP handshake) gets this long at most.
+CONNECT_SECONDS = 5.0
+
+
+async def in_session(url: str, timeout: float, act: Callable[[Client], Awaitable[T]]) -> T:
+    """`act` on a session with the server, within CONNECT_SECONDS and `timeout`:
+    ToolServerDown if the session could not be opened or the request could not be sent,
+    ToolCallLost if it was sent and no answer came."""
+    sent = False
+    try:
+        # One deadline for both: the SDK's client keeps task groups open for the session, and
+        # a cancel scope around its opening alone would be left before theirs.
+        with anyio.fail_after(CONNECT_SECONDS + timeout):
+            async with Client(url, read_timeout_seconds=timeout) as client:
+                sent = True
+                return await act(client)
+    except Exception as error:  # the SDK's task groups wrap what its transport raised
+        causes = leaves(error)
+        never_sent = not sent or all(isinstance(cause, httpx2.ConnectError) for cause in causes)
+        said = "; ".join(f"{type(cause).__name__}: {cause}" for cause in causes)
+        if never_sent:
+            raise ToolServerDown(f"MCP server {url} could not be reached ({said}).") from error
+        raise ToolCallLost(f"MCP server {url} gave no answer ({said}).") from error
+
+
+def leaves(error: BaseException) -> list[BaseException]:
+    """The exceptions an exception group holds, however deeply nested; or the one given."""
+    if isinstance(error, BaseExceptionGroup):
+        return [leaf for inner in error.exceptions for leaf in leaves(inner)]
+    return [error]

@@ -1,0 +1,88 @@
+"""Tools on MCP servers (continuity.tools.servers) against the real test MCP server, a process
+of its own: what each tool's annotations make of it, the idempotency key reaching the tool, and
+what each way a call can fail says about its effect (never sent, or sent and unanswered)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from continuity.errors import ToolCallLost, ToolServerDown
+from continuity.tools import IDEMPOTENCY_KEY, ToolResult, server_call, server_tools
+from devtools import mcp_server
+from devtools.mcp_server import ledger_lines
+from devtools.redis_server import free_port
+from tests.helpers.processes import McpServerProcess
+from tests.helpers.waiting import wait_for
+
+pytestmark = pytest.mark.processes
+
+
+@pytest.fixture
+def tool_server(processes):
+    return processes.add(McpServerProcess())
+
+
+def test_the_key_is_named_as_the_test_server_reads_it():
+    assert IDEMPOTENCY_KEY == mcp_server.IDEMPOTENCY_KEY == "io.continuity/idempotency-key"
+
+
+def test_annotations_say_which_tools_may_run_again_and_silence_is_the_riskiest(tool_server):
+    tools = {spec.name: spec for spec in server_tools(tool_server.url, timeout=10)}
+    assert tools["lookup"].read_only and tools["lookup"].runs_again_safely
+    assert tools["set_value"].idempotent and not tools["set_value"].read_only
+    assert tools["set_value"].runs_again_safely and not tools["set_value"].destructive
+    unannotated = tools["ledger_append"]
+    assert (unannotated.read_only, unannotated.idempotent) == (False, False)
+    assert (unannotated.destructive, unannotated.open_world) == (True, True)
+    assert not unannotated.runs_again_safely
+    assert tools["lookup"].input_schema["properties"]["word"]["type"] == "string"
+
+
+def test_a_call_carries_its_key_to_the_tool(tool_server):
+    result = server_call(
+        tool_server.url, "ledger_append", {"entry": "pay rent"}, key="call-7", timeout=10
+    )
+    assert result == ToolResult(text="Appended 'pay rent' (key call-7).", is_error=False)
+    assert [(line["tool"], line["key"]) for line in ledger_lines(tool_server.ledger)] == [
+        ("ledger_append", "call-7")
+    ]
+
+
+def test_a_tools_own_failure_is_its_result_not_an_exception(tool_server):
+    result = server_call(tool_server.url, "fail", {"reason": "no paper"}, key="k", timeout=10)
+    assert result.is_error and result.text.endswith("no paper")
+
+
+def test_a_server_that_cannot_be_reached_was_never_sent_the_call():
+    url = f"http://127.0.0.1:{free_port()}/mcp"  # nothing listens there
+    with pytest.raises(ToolServerDown, match="could not be reached"):
+        server_call(url, "ledger_append", {"entry": "x"}, key="k", timeout=5)
+    with pytest.raises(ToolServerDown):
+        server_tools(url, timeout=5)
+
+
+def test_a_server_that_dies_during_the_call_leaves_it_unanswered(tool_server):
+    """The call reached the tool (the ledger has it) and no answer came: lost, not down."""
+    raised: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            server_call(tool_server.url, "wait", {"seconds": 30}, key="k-wait", timeout=60)
+        except BaseException as error:  # noqa: BLE001 - what it raised is the test's subject
+            raised.append(error)
+
+    calling = threading.Thread(target=call)
+    calling.start()
+    wait_for(lambda: ledger_lines(tool_server.ledger), timeout=10, what="the call to arrive")
+    tool_server.kill_all()
+    calling.join(timeout=30)
+    assert not calling.is_alive()
+    assert [type(error) for error in raised] == [ToolCallLost]
+
+
+def test_a_call_past_its_time_is_unanswered_not_down(tool_server):
+    with pytest.raises(ToolCallLost, match="gave no answer"):
+        server_call(tool_server.url, "wait", {"seconds": 5}, key="k", timeout=0.5)
+    assert [line["key"] for line in ledger_lines(tool_server.ledger)] == ["k"]
