@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import uuid
 from datetime import timedelta
@@ -18,6 +20,7 @@ from continuity.delivery.attempts.lease import attempt_begin
 from continuity.delivery.heartbeats import RunHeartbeat, keys_alive, run_key, stale_run_ids
 from continuity.delivery.inbox import message_accept
 from continuity.delivery.processing import chunk_store, step
+from continuity.delivery.redis_connection import redis_client
 from continuity.errors import AttemptStopped
 from continuity.models import Checkpoint, Message, ReplyChunk, Run
 from tests.helpers.waiting import lock_waiters, wait_for
@@ -244,3 +247,34 @@ def test_a_row_write_held_up_by_the_database_does_not_let_the_key_lapse(run):
             assert checks == 100 and lapsed == []
     finally:
         holder.close()
+
+
+def test_a_forked_process_never_waits_on_a_lock_its_parent_held_at_the_fork():
+    """A pool process is forked from its worker while the worker's threads use Redis. Its
+    client must not be the parent's: redis-py rebuilds an inherited pool under the pool's
+    lock, which a parent thread may have held at the fork. The child's first command then
+    hung for ever (its attempt with it)."""
+    parent = redis_client()
+    assert parent.ping()
+    holding, fork_done = threading.Event(), threading.Event()
+
+    def heartbeat_thread_mid_command() -> None:
+        with parent.connection_pool._lock:
+            holding.set()
+            fork_done.wait(10)
+
+    holder = threading.Thread(target=heartbeat_thread_mid_command)
+    holder.start()
+    holding.wait(10)
+    pid = os.fork()
+    if pid == 0:  # the child: answer, or be ended by the alarm
+        signal.alarm(10)
+        try:
+            os._exit(0 if redis_client().ping() else 1)
+        finally:
+            os._exit(2)
+    fork_done.set()
+    holder.join()
+    _, status = os.waitpid(pid, 0)
+    # 2: redis-py gave up on the lock after 5 s (ChildDeadlockedError); -14: the alarm.
+    assert os.waitstatus_to_exitcode(status) == 0
