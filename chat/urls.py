@@ -6,6 +6,7 @@ from . import (
     memory_views,
     notes_views,
     recovery_views,
+    tool_views,
     views,
 )
 
@@ -33,6 +34,11 @@ urlpatterns = [
         "c/<int:pk>/messages/<int:message_pk>/show/",
         branch_views.version_show_view,
         name="version_show",
+    ),
+    path(
+        "c/<int:pk>/tool-calls/<int:call_pk>/decide/",
+        tool_views.tool_call_decide_view,
+        name="tool_call_decide",
     ),
     path("c/<int:pk>/exchanges/", branch_views.exchanges_older_view, name="exchanges_older"),
     path("c/<int:pk>/rename/", conversation_views.conversation_rename_view, name="rename"),

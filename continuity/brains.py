@@ -77,14 +77,70 @@ class Context:
 CUT_OFF = "cut_off"
 
 
+@dataclass(frozen=True)
+class ToolSpec:
+    """A tool the agent may call, with what its annotations say about running it. Left unsaid,
+    a hint takes MCP's default: not read-only, not idempotent, destructive, open world. So a
+    tool that says nothing is treated as the riskiest kind."""
+
+    name: str
+    description: str
+    input_schema: dict
+    read_only: bool = False
+    idempotent: bool = False
+    destructive: bool = True
+    open_world: bool = True
+
+    @property
+    def runs_again_safely(self) -> bool:
+        """Whether a second run, after one whose effect is unknown, changes nothing more."""
+        return self.read_only or self.idempotent
+
+
+@dataclass(frozen=True)
+class ToolUse:
+    """A call the model asked for in a round: its id (the model's), the tool and the arguments.
+    `problem` says why the arguments cannot be used (not JSON, not what the tool's schema asks):
+    the call is not run, and the problem is its result."""
+
+    call_id: str
+    name: str
+    arguments: dict
+    problem: str = ""
+
+
+@dataclass(frozen=True)
+class ToolRound:
+    """An earlier round of the reply being written: the model's text, the calls it asked for,
+    and each call's result as the model reads it, by call id (one for every call)."""
+
+    text: str
+    calls: list[ToolUse]
+    results: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Work:
+    """What a round of the reply may use: the tools offered now (none on the last round), the
+    rounds before it, and what the model is told of its tools (a server down, no rounds left)."""
+
+    tools: list[ToolSpec] = field(default_factory=list)
+    rounds: list[ToolRound] = field(default_factory=list)
+    note: str = ""
+
+
 class Brain(Protocol):
     def plan(self, context: Context) -> dict:
         """Decide what to do; the result must be JSON-serialisable (it is checkpointed)."""
 
-    def respond(self, context: Context, plan: dict) -> Generator[str, None, str | None]:
-        """Yield the reply piece by piece as it is produced; return CUT_OFF when the model
-        stopped at its length limit. A reply the model did not finish otherwise (its stream
-        ended early) is an error, raised: never returned as if it were the answer."""
+    def respond(
+        self, context: Context, plan: dict, work: Work
+    ) -> Generator[str, None, str | list[ToolUse] | None]:
+        """One round of the reply: yield its text piece by piece as it is produced; return the
+        tool calls the model asked for (`work` says which tools it may use, and the earlier
+        rounds), or CUT_OFF when the model stopped at its length limit. A reply the model did
+        not finish otherwise (its stream ended early) is an error, raised: never returned as
+        if it were the answer."""
 
     def remember(self, context: Context, plan: dict, reply: str) -> dict[str, str]:
         """Durable facts about the user learned from this exchange."""

@@ -9,6 +9,11 @@ DATABASE_LOST = "Database unavailable"
 MODEL_UNAVAILABLE = "Model server unavailable"
 # How an attempt given back because every request slot of its model server stayed taken begins.
 MODEL_BUSY = "Model server busy"
+# How an attempt given back because a tool's server could not be reached begins its error.
+TOOL_SERVER_DOWN = "Tool server unavailable"
+# How an attempt given back because tool calls it met are in doubt begins its error: its owner
+# decides, and the attempt after the decision is no recovery the page need announce.
+CALLS_IN_DOUBT = "Tool call in doubt"
 # How an attempt given back because support took its conversation over begins its error: support
 # answers the question now, and the page says why the attempt stopped.
 TAKEN_OVER = "Taken over by support"
@@ -71,6 +76,12 @@ class BackendBusy(Exception):
 
 class AttemptStopped(Exception):
     """This attempt no longer owns its message (superseded, reaped or interrupted): stop quietly."""
+
+
+class CallsInDoubt(Exception):
+    """The attempt met tool calls that a crash cut off and that may not run again by
+    themselves: it was given back uncharged, and its conversation waits for its owner's Run
+    again or Skip."""
 
 
 class WorkerStopping(Exception):

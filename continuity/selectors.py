@@ -27,7 +27,7 @@ from .context.recoveries import (
     recovery_words,
     run_stop_kind,
 )
-from .models import Conversation, Message, Recovery, ReplyChunk, Run
+from .models import Conversation, Message, Recovery, ReplyChunk, Run, ToolCall
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,7 @@ class Exchange:
     recoveries: tuple[RecoveryBanner, ...] = ()
     versions: Versions | None = None
     interrupted: Interrupted | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
 
     @property
     def reply_note(self) -> ReplyNote | None:
@@ -208,6 +209,14 @@ def exchanges_from(*, messages: QuerySet[Message]) -> list[Exchange]:
             if m.hidden_with_id is None and (m.version_of_id or m.pk in settled_ids)
         ]
     )
+    # A message that no attempt began on has no tool call yet.
+    calls = tool_calls_of(
+        message_ids=[
+            m.pk
+            for m in messages
+            if m.role == Message.Role.USER and m.attempts + m.interruptions > 0
+        ]
+    )
     return [
         Exchange(
             message=m,
@@ -215,10 +224,22 @@ def exchanges_from(*, messages: QuerySet[Message]) -> list[Exchange]:
             recoveries=banners.get(m.pk, ()),
             versions=versions.get(m.pk),
             interrupted=interrupted.get(m.pk),
+            tool_calls=calls.get(m.pk, ()),
             **streaming.get(m.pk, {}),
         )
         for m in messages
     ]
+
+
+def tool_calls_of(*, message_ids: list[int]) -> dict[int, tuple[ToolCall, ...]]:
+    """The tool calls of each message's reply, in the order they were asked for."""
+    found: dict[int, list[ToolCall]] = {}
+    if message_ids:
+        for call in ToolCall.objects.filter(message_id__in=message_ids).order_by(
+            "round", "position"
+        ):
+            found.setdefault(call.message_id, []).append(call)
+    return {message_id: tuple(calls) for message_id, calls in found.items()}
 
 
 def versions_of(*, messages: list[Message]) -> dict[int, Versions]:

@@ -42,8 +42,7 @@ def server(ledger: Path) -> MCPServer:
     def record(tool: str, ctx: Context, **arguments: object) -> str:
         """Write the call to the ledger, flushed to disk before the tool's effect: a call
         killed mid-way is still counted."""
-        meta = ctx.request_context.meta or {}
-        key = meta.get(IDEMPOTENCY_KEY, "")
+        key = key_of(ctx)
         line = json.dumps({"tool": tool, "key": key, "arguments": arguments, "at": time.time()})
         with ledger.open("a") as file:
             file.write(line + "\n")
@@ -65,9 +64,14 @@ def server(ledger: Path) -> MCPServer:
         return f"{name} = {value}"
 
     @tools.tool(annotations=UNANNOTATED)
-    def ledger_append(entry: str, ctx: Context) -> str:
-        """Append an entry to the ledger: each run appends once more."""
+    async def ledger_append(entry: str, ctx: Context, first_wait: float = 0.0) -> str:
+        """Append an entry to the ledger: each run appends once more. The first run with a
+        key then takes `first_wait` seconds (at most 60) to answer: a test kills its caller
+        while it runs."""
+        seen = any(line["key"] == key_of(ctx) for line in ledger_lines(ledger))
         key = record("ledger_append", ctx, entry=entry)
+        if not seen and key:
+            await anyio.sleep(min(max(first_wait, 0.0), 60.0))
         return f"Appended {entry!r} (key {key or 'none'})."
 
     @tools.tool(annotations=READ_ONLY)
@@ -85,6 +89,12 @@ def server(ledger: Path) -> MCPServer:
         return f"Waited {seconds:g} s."
 
     return tools
+
+
+def key_of(ctx: Context) -> str:
+    """The call's idempotency key, from the request's `_meta`."""
+    meta = ctx.request_context.meta or {}
+    return meta.get(IDEMPOTENCY_KEY, "")
 
 
 def ledger_lines(ledger: Path) -> list[dict]:

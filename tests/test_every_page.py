@@ -28,9 +28,11 @@ from continuity.models import (
     Alert,
     Conversation,
     DeadLetter,
+    McpServer,
     MemoryFact,
     Message,
     Recovery,
+    ToolCall,
     Worker,
 )
 from tests.helpers.console import dead_letter_make
@@ -56,6 +58,7 @@ NOT_PAGES = {
     "c/<int:pk>/archive/": ACTION,
     "c/<int:pk>/recoveries/<int:recovery_pk>/correct/": ACTION,
     "c/<int:pk>/notes/correct/": ACTION,
+    "c/<int:pk>/tool-calls/<int:call_pk>/decide/": ACTION,
     "c/<int:pk>/notes/forget/": ACTION,
     "memory/<int:pk>/edit/": ACTION,
     "memory/<int:pk>/delete/": ACTION,
@@ -136,8 +139,9 @@ def admin_model_route(route: str) -> str:
 
 @pytest.fixture
 def world(client):
-    """A staff member's conversation with a crash and its recovery, a summary, a dead letter,
-    a pause and its alert, remembered facts; and a worker, a group and a handled alert."""
+    """A staff member's conversation with a tool call, a crash and its recovery, a summary, a
+    dead letter, a pause and its alert, remembered facts; and a worker, a group, a handled alert
+    and an MCP server."""
     staff = UserFactory(is_staff=True, is_superuser=True, username="opal")
     chat = Conversation.objects.create(owner=staff, title="Sourdough")
 
@@ -147,6 +151,8 @@ def world(client):
         return message
 
     first = send("Hi, my name is Ada and my goal is to bake bread")
+    send("Remember that I like rye")  # a tool call
+    McpServer.objects.create(name="ledger", url="http://127.0.0.1:9/mcp", enabled=False)
     asked = message_accept(conversation=chat, text="What's my name?", client_id=uuid.uuid4())
     crashed = attempt_begin(conversation_id=chat.pk)
     attempt_end(run_id=crashed.pk, state="crashed", error="Heartbeat stopped", detected_by="x")
@@ -170,6 +176,7 @@ def world(client):
         "conversation": chat,
         "message": asked,
         "recovery": Recovery.objects.get(message=asked),
+        "tool_call": ToolCall.objects.get(),
         "fact": MemoryFact.objects.filter(owner=staff).first(),
         "dead_letter": DeadLetter.objects.get(conversation=chat),
         "alert": alert,
@@ -186,6 +193,7 @@ def path_of(route: str, world) -> str:
         "pk": world[owner].pk,
         "message_pk": world["message"].pk,
         "recovery_pk": world["recovery"].pk,
+        "call_pk": world["tool_call"].pk,
         "conversation_id": world["conversation"].pk,
         "content_type_id": ContentType.objects.get_for_model(Conversation).pk,
         "object_id": world["conversation"].pk,

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Generator
 
 from django.conf import settings
 
-from continuity.brains import Context, Turn
+from continuity.brains import Context, ToolUse, Turn, Work
 from continuity.words import clip
 
 # Only the explicit forms: "I'm Tired of this bug" states a mood, not a name.
@@ -41,6 +41,22 @@ ASK_MEMORY = re.compile(
 ASK_RECAP = re.compile(
     r"\b(?:where were we|recap|summari[sz]e|what were we (?:doing|talking))", re.I
 )
+# Asking for a tool: a sum ("what is 17 × 23?"), what was said elsewhere, forgetting a fact.
+CALCULATION = re.compile(
+    r"\b(?:what(?:'s| is)|calculate|compute)\s+(?P<expression>[-+*/×÷^().\d\s]*\d\s*"
+    r"[-+*/×÷^]\s*[-+*/×÷^().\d\s]*\d[\s)]*)",
+    re.IGNORECASE,
+)
+ASK_SEARCH = re.compile(
+    r"\bwhat did i (?:say|tell you|write|mention) about\s+(?P<topic>.+?)"
+    r"(?:\s+in (?:my|our|the) other (?:chats|conversations))?\s*[?.!]*\s*$",
+    re.IGNORECASE,
+)
+FORGET = re.compile(
+    r"^\s*(?:please\s+)?forget (?:that |about |my )?(?P<what>[^.!?\n]+)", re.IGNORECASE
+)
+# Which intent calls which tool (and how the reply reads its result).
+INTENT_TOOLS = {"calculate": "calculate", "search": "search_conversations", "forget": "forget"}
 TITLE_WORDS = 8
 GREETING = re.compile(r"^\s*(?:hi|hello|hey|good (?:morning|afternoon|evening))\b", re.I)
 THANKS = re.compile(r"\b(?:thanks|thank you|cheers)\b", re.IGNORECASE)
@@ -150,6 +166,15 @@ class BuiltinBrain:
 
     def plan(self, context: Context) -> dict:
         text = context.text
+        if match := FORGET.search(text):
+            what = clip(match.group("what"), strip=LOOSE_ENDS)
+            return {"intent": "forget", "facts": {}, "forget": what}
+        if match := ASK_SEARCH.search(text):
+            topic = clip(match.group("topic"), 80, strip=LOOSE_ENDS)
+            return {"intent": "search", "facts": {}, "topic": topic}
+        if match := CALCULATION.search(text):
+            expression = " ".join(match.group("expression").split()).rstrip("?")
+            return {"intent": "calculate", "facts": {}, "expression": expression}
         facts = self.facts_in(text)
         goal = self.goal_in(text)
         intent = self.intent_of(text, facts, goal)
@@ -159,12 +184,37 @@ class BuiltinBrain:
             plan["steps"] = goal_plan(goal)
         return plan
 
-    def respond(self, context: Context, plan: dict) -> Iterator[str]:
+    def respond(
+        self, context: Context, plan: dict, work: Work | None = None
+    ) -> Generator[str, None, list[ToolUse] | None]:
+        """The first round asks for the tool its intent needs, when it is offered; the next
+        one answers with its result. No `work`: no tools."""
+        work = work or Work()
+        if not work.rounds and (calls := self.tool_calls(plan, work)):
+            return calls
         delay = settings.CONTINUITY_BUILTIN_TOKEN_DELAY
-        for token in TOKEN.findall(self.reply_text(context, plan)):
+        for token in TOKEN.findall(self.reply_text(context, plan, work)):
             if delay:
                 time.sleep(delay)
             yield token
+        return None
+
+    def tool_calls(self, plan: dict, work: Work) -> list[ToolUse]:
+        offered = {tool.name for tool in work.tools}
+        wanted: list[tuple[str, dict]] = []
+        if "note" in plan["facts"]:
+            wanted.append(("remember", {"fact": plan["facts"]["note"]}))
+        if plan["intent"] == "calculate":
+            wanted.append(("calculate", {"expression": plan["expression"]}))
+        if plan["intent"] == "search":
+            wanted.append(("search_conversations", {"query": plan["topic"]}))
+        if plan["intent"] == "forget":
+            wanted.append(("forget", {"fact": plan["forget"]}))
+        return [
+            ToolUse(call_id=f"call_{index}", name=name, arguments=arguments)
+            for index, (name, arguments) in enumerate(wanted, 1)
+            if name in offered
+        ]
 
     def remember(self, context: Context, plan: dict, reply: str) -> dict[str, str]:
         return plan["facts"]
@@ -214,16 +264,22 @@ class BuiltinBrain:
             return "thanks"
         return "discuss"
 
-    def reply_text(self, context: Context, plan: dict) -> str:
+    def reply_text(self, context: Context, plan: dict, work: Work | None = None) -> str:
         known = {key: value for key, value in context.facts.items() if key != "goal"}
         known.update(plan["facts"])
         handler = getattr(self, f"reply_{plan['intent']}")
+        results = {
+            call.name: done.results.get(call.call_id, "")
+            for done in (work.rounds if work else [])
+            for call in done.calls
+        }
         reply = handler(
             context=context,
             plan=plan,
             known=known,
             name=known.get("name"),
             goal=plan.get("goal") or conversation_goal(context),
+            results=results,
         )
         if context.retelling and plan["intent"] not in VARIED_INTENTS:
             reply = f"{worded(RETOLD, context.retelling - 1)}{reply}"
@@ -315,6 +371,21 @@ class BuiltinBrain:
         if "note" in facts:
             parts.append(f"I'll remember that {facts['note']}.")
         return "\n\n".join(parts)
+
+    def reply_calculate(self, *, plan: dict, results: dict, **_) -> str:
+        if found := results.get("calculate"):
+            return f"{found}."
+        return f"I can't work out “{plan['expression']}” right now: my calculator isn't available."
+
+    def reply_search(self, *, plan: dict, results: dict, **_) -> str:
+        if "search_conversations" not in results:
+            return "I can't search your conversations right now."
+        return f"Here is what I found about “{plan['topic']}”:\n\n{results['search_conversations']}"
+
+    def reply_forget(self, *, plan: dict, results: dict, **_) -> str:
+        if found := results.get("forget"):
+            return f"{found.rstrip('.')}."
+        return f"I can't forget “{plan['forget']}” from here: use the memory page."
 
     def reply_greet(self, *, name: str | None, goal: str | None, **_) -> str:
         hello = f"Hello, {name}!" if name else "Hello!"

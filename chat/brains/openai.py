@@ -20,7 +20,7 @@ import openai
 from django.conf import settings
 
 from chat.brains.builtin import BuiltinBrain
-from continuity.brains import CUT_OFF, Context, Turn
+from continuity.brains import CUT_OFF, Context, ToolUse, Turn, Work
 from continuity.context import context_tokens, tokens_estimate
 from continuity.delivery import model_learn, model_learned
 from continuity.errors import BackendUnavailable, ContextTooLong, PermanentError
@@ -430,7 +430,9 @@ class OpenAIBrain:
         plan = self.builtin.plan(context)
         return {key: plan[key] for key in ("facts", "goal", "steps") if key in plan}
 
-    def respond(self, context: Context, plan: dict) -> Generator[str, None, str | None]:
+    def respond(
+        self, context: Context, plan: dict, work: Work | None = None
+    ) -> Generator[str, None, str | list[ToolUse] | None]:
         """The reply as the server streams it. Its `finish_reason` says how it ended: `stop`,
         complete; `length`, cut off at `max_tokens` (kept, marked so); none at all, a stream
         the server ended without finishing the reply (llama-cpp-python's does when another

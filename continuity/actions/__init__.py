@@ -1,6 +1,6 @@
 """What a person or a staff member does: the services that views, the websocket consumer, the
 admin and the commands call, one module per thing acted on (conversations, dead letters,
-takeovers, branches, alerts, replies). This front door is how outer code reaches them.
+takeovers, branches, alerts, replies, tool calls). This front door is how outer code reaches them.
 
 Actions call the pipeline (`continuity.delivery`), never the other way round: the engine's own
 give-ups (setting a message aside, pausing a conversation) are the pipeline's, and staff's pause
@@ -35,6 +35,7 @@ from .takeover import (
     support_name,
     waiting_for_support,
 )
+from .tools import tool_call_decide
 
 __all__ = [
     "alert_acknowledge",
@@ -57,6 +58,7 @@ __all__ = [
     "reply_stop",
     "staff_reply",
     "support_name",
+    "tool_call_decide",
     "version_show",
     "waiting_for_support",
 ]

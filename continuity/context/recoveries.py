@@ -13,7 +13,15 @@ from django.db import transaction
 from django.utils import timezone
 
 from ..brains import RecoveryNote
-from ..errors import CONTEXT_TOO_LONG, DATABASE_LOST, MODEL_BUSY, MODEL_UNAVAILABLE, TAKEN_OVER
+from ..errors import (
+    CALLS_IN_DOUBT,
+    CONTEXT_TOO_LONG,
+    DATABASE_LOST,
+    MODEL_BUSY,
+    MODEL_UNAVAILABLE,
+    TAKEN_OVER,
+    TOOL_SERVER_DOWN,
+)
 from ..live.events import publish_message_changed
 from ..models import Alert, Handoff, Message, Recovery, Run, RunContext
 from ..words import plural
@@ -27,6 +35,7 @@ WHAT_HAPPENED = {
     Recovery.Kind.FAILED: "an error stopped the answer",
     Recovery.Kind.PAUSE: "repeated crashes paused this conversation until staff resumed it",
     Recovery.Kind.TAKEOVER: "support took the conversation over",
+    Recovery.Kind.TOOL_SERVER_DOWN: "a tool server could not be reached",
 }
 
 
@@ -35,7 +44,7 @@ def given_back_unstarted(run: Run) -> bool:
     slot of a busy model server, or its prompt was refused as too long and the next attempt
     compacts it. The person saw no interruption, so none is reported."""
     return run.state == Run.State.INTERRUPTED and run.error.startswith(
-        (MODEL_BUSY, CONTEXT_TOO_LONG)
+        (MODEL_BUSY, CONTEXT_TOO_LONG, CALLS_IN_DOUBT)
     )
 
 
@@ -46,6 +55,8 @@ def run_stop_kind(stopped: Run) -> str:
             return Recovery.Kind.DATABASE_OUTAGE
         if stopped.error.startswith(MODEL_UNAVAILABLE):
             return Recovery.Kind.MODEL_UNAVAILABLE
+        if stopped.error.startswith(TOOL_SERVER_DOWN):
+            return Recovery.Kind.TOOL_SERVER_DOWN
         if stopped.error.startswith(TAKEN_OVER):
             return Recovery.Kind.TAKEOVER
         return Recovery.Kind.PLANNED_SHUTDOWN

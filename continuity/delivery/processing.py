@@ -6,18 +6,19 @@ steps. Each attempt first assembles its context (stored by reference as its `Run
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from threading import Event
 
 from django.conf import settings
 from django.db import transaction
 
 from .. import store
-from ..brains import CUT_OFF, Brain, Context, brain_class, brain_load
+from ..brains import CUT_OFF, Brain, Context, ToolRound, ToolUse, Work, brain_class, brain_load
 from ..context.assembly import (
     ContextReads,
     ContextRefs,
@@ -49,6 +50,7 @@ from ..live.events import publish_conversation_changed, publish_reply_chunk
 from ..models import Conversation, Message, Run
 from ..ops.faults import fault_point
 from ..store import runs
+from ..tools import Asker, Toolbox, toolbox
 from .attempts.failures import attempt_failed, conversation_wait_for_model
 from .attempts.finish import reply_committing, reply_finish
 from .attempts.lease import Lease, attempt_open, attempt_withdraw, lease_taken
@@ -57,6 +59,7 @@ from .backends import backend_answered, backend_down, backend_slot
 from .drains import conversation_enqueue
 from .heartbeats import RunHeartbeat
 from .inbox import title_from_text
+from .toolcalls import calls_record, round_calls_settle
 from .workers import attempt_key_write
 
 logger = logging.getLogger(__name__)
@@ -335,13 +338,9 @@ def steps_run(
             raise AttemptStopped(f"Attempt {run.pk} stopped before assembling its context.")
         context = context_assemble(run=run, message=message, brain=brain)
     plan = step(run, "plan", stopped, stored, lambda: brain.plan(context))
-    streamed = ReplyStream(run=run, stopped=stopped)
-
-    def respond() -> dict:
-        with model_slot(brain, stopped=stopped, conversation_id=run.conversation_id):
-            return streamed.collect(brain.respond(context, plan))
-
-    replied = step(run, "respond", stopped, stored, respond, apply=streamed.store_rest)
+    replied = stored.get("respond") or reply_rounds(
+        run=run, brain=brain, context=context, plan=plan, stopped=stopped, stored=stored
+    )
     reply = replied["reply"]
     if backend := getattr(brain, "backend", None):
         backend_answered(backend)
@@ -357,6 +356,99 @@ def steps_run(
         handoff_changes=handoff_changes(context.handoff, brain.task_state(context, plan, reply)),
         remembered=remembered,
     )
+
+
+ROUND_STEP = "round-{}"
+# What the model reads on the round past CONTINUITY_TOOL_ROUNDS, offered no tools.
+NO_MORE_ROUNDS = "No more tool calls in this reply: answer now with what you have."
+
+
+def reply_rounds(
+    *, run: Run, brain: Brain, context: Context, plan: dict, stopped: Event, stored: dict
+) -> dict:
+    """The respond step's output, written in rounds: the model writes, and may ask for tool
+    calls; their results go back to it, and it writes again, up to CONTINUITY_TOOL_ROUNDS. A
+    round with calls is checkpointed with its calls' rows (`round-N`); the round without, with
+    the reply, which is every round's text (`respond`). A resumed attempt reuses every round
+    and every call that ended before it."""
+    box = toolbox()
+    asker = Asker(context.owner_id, context.conversation_id, context.message_id)
+    streamed = ReplyStream(run=run, stopped=stopped)
+    rounds: list[ToolRound] = []
+    for number in itertools.count(1):
+        if (output := stored.get(ROUND_STEP.format(number))) is not None:
+            streamed.resume_with(output["text"])
+        else:
+            last = number > settings.CONTINUITY_TOOL_ROUNDS
+            work = Work(
+                tools=[] if last else box.specs,
+                rounds=rounds,
+                note=NO_MORE_ROUNDS if last else box.note,
+            )
+            output = round_write(
+                run=run, brain=brain, context=context, plan=plan, work=work, box=box,
+                number=number, streamed=streamed, written=[r.text for r in rounds],
+            )  # fmt: skip
+            if "reply" in output:
+                return output
+        uses = [ToolUse(**call) for call in output["calls"]]
+        results = round_calls_settle(run=run, number=number, box=box, asker=asker, stopped=stopped)
+        rounds.append(ToolRound(output["text"], uses, results))
+        fault_point("tool_round_ended")
+    raise AssertionError("unreachable: the rounds end with the reply")
+
+
+def round_write(
+    *,
+    run: Run,
+    brain: Brain,
+    context: Context,
+    plan: dict,
+    work: Work,
+    box: Toolbox,
+    number: int,
+    streamed: ReplyStream,
+    written: list[str],
+) -> dict:
+    """One model round, streamed, and checkpointed: with its calls, recorded before any of
+    them runs, or as the reply (`written`: the text of the rounds before it)."""
+    if streamed.stopped.is_set():
+        raise AttemptStopped(f"Attempt {run.pk} stopped before round {number}.")
+    with model_slot(brain, stopped=streamed.stopped, conversation_id=run.conversation_id):
+        text, ending = streamed.collect(brain.respond(context, plan, work))
+    if isinstance(ending, list) and ending and work.tools:
+        uses = calls_named(ending, number=number)
+        output = {"text": text, "calls": [asdict(use) for use in uses]}
+        fault_point("tool_calls_recording")
+        checkpoint_store(
+            run,
+            ROUND_STEP.format(number),
+            output,
+            [
+                *streamed.store_rest(output),
+                *calls_record(run=run, number=number, uses=uses, box=box),
+            ],
+        )
+        return output
+    reply = "\n\n".join(part for part in [*written, text] if part.strip())
+    if not reply.strip():
+        raise EmptyReply(f"Attempt {run.pk}: the assistant's reply was empty.")
+    output = {"reply": reply, "cut_off": True} if ending == CUT_OFF else {"reply": reply}
+    checkpoint_store(run, "respond", output, streamed.store_rest(output))
+    return output
+
+
+def calls_named(uses: list[ToolUse], *, number: int) -> list[ToolUse]:
+    """The round's calls, each with an id of its own: a model that gave none, or one twice,
+    gets ids made up here (every call needs its own result)."""
+    seen: set[str] = set()
+    named = []
+    for position, use in enumerate(uses):
+        if not use.call_id or use.call_id in seen:
+            use = replace(use, call_id=f"call_{number}_{position}")
+        seen.add(use.call_id)
+        named.append(use)
+    return named
 
 
 def context_prepare(
@@ -450,15 +542,23 @@ def step(
     if stopped.is_set():
         raise AttemptStopped(f"Attempt {run.pk} stopped before step {name}.")
     output = compute()
+    checkpoint_store(run, name, output, apply(output) if apply else None)
+    return output
+
+
+def checkpoint_store(
+    run: Run, name: str, output: dict, writes: list[store.Query[bool]] | None
+) -> None:
+    """The step's checkpoint, with the fenced `writes` that go with it (None: a step that never
+    has any), in one transaction and one round trip."""
     checkpoint = runs.checkpoint_insert(run=run, name=name, output=output)
-    if apply is None:
+    if writes is None:
         fence_held(run, store.execute(checkpoint))  # one statement: its own transaction
-        return output
+        return
     with transaction.atomic():
-        writes = [*apply(output), checkpoint]
+        writes = [*writes, checkpoint]
         found = store.round_trip(*writes, commit=True)
         fence_held(run, *(found[write] for write in writes))
-    return output
 
 
 class ReplyStream:
@@ -471,13 +571,27 @@ class ReplyStream:
         self.stopped = stopped
         self.seq = 0
         self.rest = ""
+        self.written = False  # whether a round's text was streamed: the next one is set apart
 
-    def collect(self, reply: Iterable[str]) -> dict:
-        """The respond step's output: the reply, and whether the model cut it off at its
-        length limit (what `Brain.respond` returns)."""
+    def resume_with(self, text: str) -> None:
+        """A round an earlier attempt wrote: streamed again as one chunk, so the page shows the
+        whole reply so far."""
+        if text.strip():
+            self.seq += 1
+            chunk_store(run=self.run, seq=self.seq, text=self.apart(text))
+
+    def apart(self, text: str) -> str:
+        separated = f"\n\n{text}" if self.written else text
+        self.written = True
+        return separated
+
+    def collect(self, reply: Iterable[str]) -> tuple[str, object]:
+        """A round's text, and what `Brain.respond` returned: its tool calls, or whether the
+        model cut the text off at its length limit."""
         tokens: Iterator[str] = iter(reply)
         parts: list[str] = []
         unsent: list[str] = []
+        begun = False  # the round's first words were streamed
         flushed_at = time.monotonic()
         try:
             while True:
@@ -488,8 +602,13 @@ class ReplyStream:
                     break
                 if self.stopped.is_set():
                     raise AttemptStopped(f"Attempt {self.run.pk} stopped while replying.")
+                if not begun and token.strip():
+                    begun = True
+                    token_shown = self.apart(token)
+                else:
+                    token_shown = token
+                unsent.append(token_shown)
                 parts.append(token)
-                unsent.append(token)
                 if time.monotonic() - flushed_at >= settings.CONTINUITY_STREAM_FLUSH_SECONDS:
                     self.seq += 1
                     chunk_store(run=self.run, seq=self.seq, text="".join(unsent))
@@ -501,11 +620,8 @@ class ReplyStream:
             if close := getattr(tokens, "close", None):
                 close()
             raise
-        reply = "".join(parts)
-        if not reply.strip():
-            raise EmptyReply(f"Attempt {self.run.pk}: the assistant's reply was empty.")
         self.rest = "".join(unsent)
-        return {"reply": reply, "cut_off": True} if ending == CUT_OFF else {"reply": reply}
+        return "".join(parts), ending
 
     def store_rest(self, output: dict) -> list[store.Query[bool]]:
         """Inside the step's transaction, which publishes the chunk once it commits."""

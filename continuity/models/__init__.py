@@ -1,7 +1,8 @@
 """The continuity engine's records, one module per part of the story (import them from here):
 `conversations` (a conversation, its questions and replies), `attempts` (each run on a
 message, its checkpoints and reply chunks), `context` (what an attempt's context is made of,
-and what a resumed one recovered) and `operations` (what staff watch and act on)."""
+and what a resumed one recovered), `operations` (what staff watch and act on) and `tools`
+(what the agent did to the world, and the MCP servers it may call)."""
 
 from .attempts import Checkpoint, ReplyChunk, Run
 from .context import (
@@ -23,6 +24,7 @@ from .conversations import (
     MessageQuerySet,
 )
 from .operations import Alert, CrashRecord, DeadLetter, HistoryBucket, StaffAction, Worker
+from .tools import McpServer, ToolCall
 
 __all__ = [
     "ANSWERED_QUESTION",
@@ -36,6 +38,7 @@ __all__ = [
     "Handoff",
     "HistoryBucket",
     "MemoryFact",
+    "McpServer",
     "MemoryFactQuerySet",
     "Message",
     "MessageQuerySet",
@@ -45,6 +48,7 @@ __all__ = [
     "RunContext",
     "StaffAction",
     "Summary",
+    "ToolCall",
     "Worker",
     "handoff_markdown",
     "sections_lines",

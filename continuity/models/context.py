@@ -255,6 +255,7 @@ class Recovery(models.Model):
         FAILED = "failed", "an error"
         PAUSE = "pause", "a pause after repeated crashes"
         TAKEOVER = "takeover", "support taking the conversation over"
+        TOOL_SERVER_DOWN = "tool_server_down", "a tool server being unavailable"
 
     conversation = models.ForeignKey(
         Conversation, on_delete=models.CASCADE, related_name="recoveries"

@@ -13,6 +13,9 @@ class Conversation(models.Model):
         PAUSED = "paused", "Paused"
         # A person from support answers instead of the agent until they hand it back.
         TAKEN_OVER = "taken_over", "Taken over by support"
+        # A tool call was cut off by a crash and may or may not have acted: nothing is answered
+        # until its owner chooses Run again or Skip (new messages queue meanwhile).
+        DECIDING = "deciding", "Waiting for its owner's decision on a tool call"
 
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="conversations"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .env import env
+from .env import env, env_json
 
 # Live updates are at-most-once and must not stall a reply: a publish waits at most about twice
 # this for Redis, and after a failure live updates are dropped for the pause.
@@ -133,3 +133,18 @@ CONTINUITY_METRICS_TOKEN = env("CONTINUITY_METRICS_TOKEN", "")
 # Test-only fault injection. Deliberately not read from the environment: only tests/settings.py
 # turns it on, so no production deployment can enable it.
 CONTINUITY_FAULT_INJECTION = False
+
+# The agent's tools (docs/tools.md). A reply is at most this many rounds of tool calls; past
+# them, the model is asked to answer with what it has.
+CONTINUITY_TOOL_ROUNDS = env("CONTINUITY_TOOL_ROUNDS", 8)
+# A tool's result is cut to this many bytes before the model reads it (the page says so).
+CONTINUITY_TOOL_RESULT_BYTES = env("CONTINUITY_TOOL_RESULT_BYTES", 16384)
+# A call whose arguments are longer than this is not made: the model is told.
+CONTINUITY_TOOL_ARGUMENT_BYTES = env("CONTINUITY_TOOL_ARGUMENT_BYTES", 16384)
+# How long an MCP tool may take to answer before its call is lost (and in doubt).
+CONTINUITY_TOOL_TIMEOUT = env("CONTINUITY_TOOL_TIMEOUT", 60.0)
+# MCP servers besides those staff register in the admin: a JSON list of objects, each with a
+# "name", a "url" (streamable HTTP), and optionally "tools" (the names allowed; all if absent).
+CONTINUITY_MCP_SERVERS = env_json("CONTINUITY_MCP_SERVERS", [])
+# How long a server's tool list is used before it is asked again.
+CONTINUITY_MCP_TOOLS_TTL = env("CONTINUITY_MCP_TOOLS_TTL", 300.0)

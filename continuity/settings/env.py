@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from typing import TypeVar
 
@@ -39,3 +40,18 @@ def _cast(name: str, raw: str, kind: type) -> object:
     except ValueError:
         expected = {int: "a whole number", float: "a number"}.get(kind, kind.__name__)
         raise ImproperlyConfigured(f"{name}={raw!r}: expected {expected}.") from None
+
+
+def env_json(name: str, default: T) -> T:
+    """The environment variable `name` as JSON of `default`'s type (a list, an object). Unset
+    or empty: `default`."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name}: not JSON ({exc}).") from None
+    if not isinstance(value, type(default)):
+        raise ImproperlyConfigured(f"{name}: expected a JSON {type(default).__name__}.")
+    return value

@@ -1,8 +1,30 @@
-"""The agent's tools: what MCP servers offer and calling them (`servers`). The call records,
-their policy and the built-in tools join them here (docs/architecture.md)."""
+"""The agent's tools: which it may call now (`registry`), the built-in ones (`builtin`), MCP
+servers' (`servers`), and running one call (`calls`). The call records and their policy are
+the delivery's (continuity/delivery/rounds.py); docs/tools.md says what a tool author must
+know."""
 
 from __future__ import annotations
 
-from .servers import IDEMPOTENCY_KEY, ToolResult, ToolSpec, server_call, server_tools
+from .builtin import BUILTIN, BUILTIN_TOOLS, Asker, ToolError
+from .calls import arguments_problem, call_run, result_cut
+from .registry import Tool, Toolbox, toolbox, tools_forget
+from .servers import IDEMPOTENCY_KEY, ToolResult, server_call, server_tools, spec_of
 
-__all__ = ["IDEMPOTENCY_KEY", "ToolResult", "ToolSpec", "server_call", "server_tools"]
+__all__ = [
+    "BUILTIN",
+    "BUILTIN_TOOLS",
+    "IDEMPOTENCY_KEY",
+    "Asker",
+    "Tool",
+    "ToolError",
+    "ToolResult",
+    "Toolbox",
+    "arguments_problem",
+    "call_run",
+    "result_cut",
+    "server_call",
+    "server_tools",
+    "spec_of",
+    "toolbox",
+    "tools_forget",
+]

@@ -22,6 +22,7 @@ import httpx2
 from mcp.client import Client
 from mcp_types import TextContent, Tool
 
+from ..brains import ToolSpec
 from ..errors import ToolCallLost, ToolServerDown
 
 IDEMPOTENCY_KEY = "io.continuity/idempotency-key"
@@ -29,40 +30,22 @@ IDEMPOTENCY_KEY = "io.continuity/idempotency-key"
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class ToolSpec:
-    """A tool a server offers, with what its annotations say about running it. Left unsaid, a
-    hint takes MCP's default: not read-only, not idempotent, destructive, open world. So a tool
-    that says nothing is treated as the riskiest kind."""
+def spec_of(tool: Tool) -> ToolSpec:
+    """What the agent knows of a server's tool; a hint it leaves unsaid takes MCP's default."""
 
-    name: str
-    description: str
-    input_schema: dict
-    read_only: bool = False
-    idempotent: bool = False
-    destructive: bool = True
-    open_world: bool = True
+    def said(hint: str, default: bool) -> bool:
+        value = getattr(tool.annotations, hint, None)
+        return default if value is None else value
 
-    @classmethod
-    def of(cls, tool: Tool) -> ToolSpec:
-        def said(hint: str, default: bool) -> bool:
-            value = getattr(tool.annotations, hint, None)
-            return default if value is None else value
-
-        return cls(
-            name=tool.name,
-            description=tool.description or "",
-            input_schema=dict(tool.input_schema or {}),
-            read_only=said("read_only_hint", False),
-            idempotent=said("idempotent_hint", False),
-            destructive=said("destructive_hint", True),
-            open_world=said("open_world_hint", True),
-        )
-
-    @property
-    def runs_again_safely(self) -> bool:
-        """Whether a second run, after one whose effect is unknown, changes nothing more."""
-        return self.read_only or self.idempotent
+    return ToolSpec(
+        name=tool.name,
+        description=tool.description or "",
+        input_schema=dict(tool.input_schema or {}),
+        read_only=said("read_only_hint", False),
+        idempotent=said("idempotent_hint", False),
+        destructive=said("destructive_hint", True),
+        open_world=said("open_world_hint", True),
+    )
 
 
 @dataclass(frozen=True)
@@ -77,7 +60,7 @@ def server_tools(url: str, *, timeout: float) -> list[ToolSpec]:
     """The tools the server at `url` offers. ToolServerDown when it cannot say."""
 
     async def listed(client: Client) -> list[ToolSpec]:
-        return [ToolSpec.of(tool) for tool in (await client.list_tools()).tools]
+        return [spec_of(tool) for tool in (await client.list_tools()).tools]
 
     try:
         return anyio.run(in_session, url, timeout, listed)

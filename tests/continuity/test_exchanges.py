@@ -56,7 +56,8 @@ def test_a_message_being_answered_reads_its_stored_chunks(conversation, django_a
     run = attempt_begin(conversation_id=conversation.pk)
     for seq, text in enumerate(["Hel", "lo"], start=1):
         ReplyChunk.objects.create(message=message, run=run, seq=seq, text=text)
-    with django_assert_num_queries(3):  # the message, its running attempt, that one's chunks
+    # The message, its running attempt, that one's chunks, its tool calls.
+    with django_assert_num_queries(4):
         [exchange] = exchanges_of(conversation=conversation, message_ids=[message.pk])
     assert (exchange.streaming_run_id, exchange.streamed_text, exchange.last_seq) == (
         run.pk,

@@ -254,8 +254,8 @@ def test_losing_the_database_mid_reply_gives_the_attempt_back(conversation, monk
 
     respond = BuiltinBrain.respond
 
-    def cut_off_after_the_first_token(self, context, plan):
-        tokens = respond(self, context, plan)
+    def cut_off_after_the_first_token(self, context, plan, work):
+        tokens = respond(self, context, plan, work)
         yield next(tokens)
         with another_session() as other:  # waits (up to 10 s) until the process has ended
             other.execute(

@@ -50,8 +50,8 @@ def test_a_correction_made_while_a_reply_is_written_is_in_the_next_reply(convers
     answer(conversation, "My goal is to bake sourdough bread")
     streamed = BuiltinBrain.respond
 
-    def correcting_mid_reply(self, context, plan):
-        for index, token in enumerate(streamed(self, context, plan)):
+    def correcting_mid_reply(self, context, plan, work):
+        for index, token in enumerate(streamed(self, context, plan, work)):
             if index == 2 and "rye" in context.text:
                 handoff_correct(
                     conversation_id=conversation.pk,
@@ -78,8 +78,8 @@ def test_a_staff_line_added_while_a_reply_is_written_is_kept_and_recalled(
     answer(conversation, "My goal is to bake sourdough bread")
     streamed = BuiltinBrain.respond
 
-    def staff_edit_mid_reply(self, context, plan):
-        for index, token in enumerate(streamed(self, context, plan)):
+    def staff_edit_mid_reply(self, context, plan, work):
+        for index, token in enumerate(streamed(self, context, plan, work)):
             if index == 2 and "rye" in context.text:
                 latest = handoff_latest(conversation_id=conversation.pk)
                 handoff_write(

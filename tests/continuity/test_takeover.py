@@ -73,8 +73,8 @@ def taking_over_while(conversation, *, opal, answering: str, at_token: int | Non
             take_over()
         return planned(self, context)
 
-    def respond(self, context, plan):
-        for index, token in enumerate(streamed(self, context, plan)):
+    def respond(self, context, plan, work):
+        for index, token in enumerate(streamed(self, context, plan, work)):
             if index == at_token and context.text == answering:
                 take_over()
             yield token

@@ -29,11 +29,14 @@ from ...errors import (
     DATABASE_LOST,
     MODEL_BUSY,
     MODEL_UNAVAILABLE,
+    TOOL_SERVER_DOWN,
     AttemptStopped,
     BackendBusy,
     BackendUnavailable,
+    CallsInDoubt,
     ContextTooLong,
     PermanentError,
+    ToolServerDown,
 )
 from ...live.events import publish_conversation_changed, publish_message_changed
 from ...models import Conversation, CrashRecord, Handoff, Message, Run
@@ -74,7 +77,7 @@ def failure_cost(error: Exception) -> Cost | None:
     was stopped (whoever stopped it ended it). A model server that failed is marked so here:
     its backoff is the conversation's wait."""
     match error:
-        case AttemptStopped():
+        case AttemptStopped() | CallsInDoubt():
             return None
         case ContextTooLong():
             # Not the message's fault, nor the server's: the next attempt compacts to fit (a
@@ -96,6 +99,10 @@ def failure_cost(error: Exception) -> Cost | None:
                 counted=not down.unavailable,
                 wait=down.wait,
             )
+        case ToolServerDown():
+            # Infrastructure, like the database: the call was never sent, and the attempt is
+            # given back to run it later.
+            return Cost(Run.State.INTERRUPTED, f"{TOOL_SERVER_DOWN}: {error}")
         case OperationalError() | InterfaceError():
             # Given back like a planned interruption: no crash, no attempt used up.
             return Cost(Run.State.INTERRUPTED, f"{DATABASE_LOST}: {type(error).__name__}: {error}")

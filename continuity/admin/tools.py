@@ -1,0 +1,69 @@
+"""The agent's tools: the MCP servers staff register (and the hints they override), and the
+record of every call, which is evidence: shown, linked, never edited."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+
+from ..models import McpServer, ToolCall
+from .base import ReadOnlyAdmin, json_pre, link_column, pre
+
+
+@admin.register(McpServer)
+class McpServerAdmin(admin.ModelAdmin):
+    list_display = ["name", "url", "enabled", "updated_at"]
+    list_filter = ["enabled"]
+    search_fields = ["name", "url"]
+    fields = ["name", "url", "enabled", "allowed_tools", "hints"]
+
+
+@admin.register(ToolCall)
+class ToolCallAdmin(ReadOnlyAdmin):
+    list_display = [
+        "id",
+        link_column("message"),
+        "round",
+        "tool",
+        "source",
+        "state",
+        "runs",
+        "decision",
+        "created_at",
+    ]
+    list_select_related = ["message"]
+    list_filter = ["state", "source", "tool"]
+    search_fields = ["tool", "call_id", "key"]
+    fields = [
+        "message",
+        "run",
+        "round",
+        "position",
+        "call_id",
+        "tool",
+        "source",
+        "key",
+        "runs_again_safely",
+        "state",
+        "runs",
+        "decision",
+        "decided_by",
+        "created_at",
+        "started_at",
+        "ended_at",
+        "arguments_json",
+        "problem",
+        "result_text",
+        "result_cut",
+    ]
+    readonly_fields = fields
+
+    class Media:
+        css = {"all": ["continuity/admin.css"]}
+
+    @admin.display(description="Arguments")
+    def arguments_json(self, call):
+        return json_pre(call.arguments)
+
+    @admin.display(description="Result")
+    def result_text(self, call):
+        return pre(call.result)

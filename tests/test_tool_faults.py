@@ -1,0 +1,214 @@
+"""Tool calls under SIGKILL, with real worker processes and the real MCP test server: each
+case counts the ledger's entries per idempotency key, the effect that must not happen twice
+unless a person chose Run again.
+
+(a) killed before the round's calls are recorded: the call runs once, later;
+(b) killed while the ledger tool runs: in doubt, not run again; Run again runs it once more,
+    with the same key;
+(c) killed after the tool returned, before its result was stored: in doubt for the ledger
+    tool (Skip leaves it at one run); run again by itself, with the same key, for the
+    idempotent tool;
+(d) killed between two rounds: the first round's calls are not run again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections import Counter
+
+import pytest
+
+from continuity.actions import tool_call_decide
+from continuity.models import Conversation, Message, Run, ToolCall
+from devtools.mcp_server import ledger_lines
+from tests.helpers.brains import tool_trigger
+from tests.helpers.factories import UserFactory
+from tests.helpers.messages import conversations, send
+from tests.helpers.processes import McpServerProcess, WatchdogProcess, WorkerProcess, process_id
+from tests.helpers.promise import assert_promise_kept, wait_finished
+from tests.helpers.waiting import wait_for
+
+pytestmark = [pytest.mark.fault, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def tool_server(processes):
+    return processes.add(McpServerProcess())
+
+
+def tool_worker(processes, tool_server, **env: str) -> WorkerProcess:
+    servers = json.dumps([{"name": "ledger", "url": tool_server.url}])
+    return processes.add(
+        WorkerProcess(CONTINUITY_BRAIN="faulty", CONTINUITY_MCP_SERVERS=servers, **env)
+    )
+
+
+def runs_per_key(tool_server, tool: str) -> Counter:
+    return Counter(line["key"] for line in ledger_lines(tool_server.ledger) if line["tool"] == tool)
+
+
+def run_states(message: Message) -> list[str]:
+    return list(message.runs.order_by("id").values_list("state", flat=True))
+
+
+def in_doubt(message: Message) -> ToolCall:
+    return wait_for(
+        lambda: ToolCall.objects.filter(message=message, state="in_doubt").first(),
+        timeout=30,
+        what="the call to be held in doubt",
+    )
+
+
+def test_a_kill_before_the_calls_are_recorded_runs_the_call_once_later(
+    processes, tool_server, tmp_path
+):
+    tool_worker(
+        processes,
+        tool_server,
+        CONTINUITY_FAULT_KILL_AT="tool_calls_recording",
+        CONTINUITY_FAULT_ONCE_FILE=str(tmp_path / "fired"),
+    )
+    processes.add(WatchdogProcess())
+    (conversation,) = conversations(1)
+    message = send(conversation, tool_trigger("ledger_append", entry="rent"))
+
+    wait_finished([message])
+
+    assert (tmp_path / "fired").exists()
+    assert run_states(message) == ["crashed", "completed"]
+    call = ToolCall.objects.get(message=message)
+    assert (call.state, call.runs) == ("done", 1)
+    assert runs_per_key(tool_server, "ledger_append") == {str(call.key): 1}
+    assert "Appended 'rent'" in Message.objects.get(reply_to=message).text
+    assert_promise_kept([message])
+
+
+def test_a_kill_while_the_ledger_tool_runs_leaves_it_in_doubt_until_run_again(
+    processes, tool_server
+):
+    tool_worker(processes, tool_server)
+    processes.add(WatchdogProcess())
+    (conversation,) = conversations(1)
+    message = send(conversation, tool_trigger("ledger_append", entry="rent", first_wait=30))
+    wait_for(
+        lambda: runs_per_key(tool_server, "ledger_append"),
+        timeout=30,
+        what="the ledger tool to be running",
+    )
+    running = Run.objects.get(message=message, state="running")
+    os.kill(process_id(running), signal.SIGKILL)
+
+    call = in_doubt(message)
+    conversation.refresh_from_db()
+    assert conversation.state == Conversation.State.DECIDING
+    assert runs_per_key(tool_server, "ledger_append") == {str(call.key): 1}
+    assert not Message.objects.filter(reply_to=message).exists()
+    assert Message.objects.get(pk=message.pk).state == "queued"  # given back, not dead
+
+    tool_call_decide(call=call, choice="run_again", by=conversation.owner)
+    wait_finished([message])
+
+    call.refresh_from_db()
+    assert (call.state, call.runs, call.decision) == ("done", 2, "run_again")
+    assert runs_per_key(tool_server, "ledger_append") == {str(call.key): 2}  # the same key
+    assert run_states(message) == ["crashed", "interrupted", "completed"]
+    assert "The person chose Run again" in Message.objects.get(reply_to=message).text
+    assert_promise_kept([message])
+
+
+def test_a_kill_after_the_ledger_tool_returned_is_in_doubt_and_skip_runs_it_no_more(
+    processes, tool_server, tmp_path
+):
+    tool_worker(
+        processes,
+        tool_server,
+        CONTINUITY_FAULT_KILL_AT="tool_call_returned",
+        CONTINUITY_FAULT_ONCE_FILE=str(tmp_path / "fired"),
+    )
+    processes.add(WatchdogProcess())
+    (conversation,) = conversations(1)
+    message = send(conversation, tool_trigger("ledger_append", entry="rent"))
+
+    call = in_doubt(message)
+    tool_call_decide(call=call, choice="skip", by=conversation.owner)
+    wait_finished([message])
+
+    call.refresh_from_db()
+    assert (call.state, call.runs, call.decision) == ("skipped", 1, "skip")
+    assert runs_per_key(tool_server, "ledger_append") == {str(call.key): 1}
+    assert "The person chose Skip" in Message.objects.get(reply_to=message).text
+    assert Conversation.objects.get(pk=conversation.pk).state == Conversation.State.ACTIVE
+    assert_promise_kept([message])
+
+
+def test_a_kill_after_the_idempotent_tool_returned_runs_it_again_with_the_same_key(
+    processes, tool_server, tmp_path
+):
+    tool_worker(
+        processes,
+        tool_server,
+        CONTINUITY_FAULT_KILL_AT="tool_call_returned",
+        CONTINUITY_FAULT_ONCE_FILE=str(tmp_path / "fired"),
+    )
+    processes.add(WatchdogProcess())
+    (conversation,) = conversations(1)
+    message = send(conversation, tool_trigger("set_value", name="colour", value="teal"))
+
+    wait_finished([message])
+
+    call = ToolCall.objects.get(message=message)
+    assert (call.state, call.runs, call.runs_again_safely) == ("done", 2, True)
+    assert runs_per_key(tool_server, "set_value") == {str(call.key): 2}
+    assert run_states(message) == ["crashed", "completed"]
+    assert not ToolCall.objects.filter(state="in_doubt").exists()
+    assert_promise_kept([message])
+
+
+def test_a_kill_between_two_rounds_runs_no_call_of_the_first_again(
+    processes, tool_server, tmp_path
+):
+    tool_worker(
+        processes,
+        tool_server,
+        CONTINUITY_FAULT_KILL_AT="tool_round_ended",
+        CONTINUITY_FAULT_ONCE_FILE=str(tmp_path / "fired"),
+    )
+    processes.add(WatchdogProcess())
+    (conversation,) = conversations(1)
+    text = tool_trigger("ledger_append", entry="rent") + tool_trigger("lookup", word="ledger")
+    message = send(conversation, text)
+
+    wait_finished([message])
+
+    calls = list(ToolCall.objects.filter(message=message).order_by("position"))
+    assert [(call.tool, call.state, call.runs) for call in calls] == [
+        ("ledger_append", "done", 1),
+        ("lookup", "done", 1),
+    ]
+    assert runs_per_key(tool_server, "ledger_append") == {str(calls[0].key): 1}
+    assert runs_per_key(tool_server, "lookup") == {str(calls[1].key): 1}
+    assert run_states(message) == ["crashed", "completed"]
+    assert_promise_kept([message])
+
+
+def test_the_decision_is_the_owners_alone(client, processes, tool_server):
+    """Another person's call is no call at all (404); a choice that is neither is refused."""
+    tool_worker(processes, tool_server)
+    processes.add(WatchdogProcess())
+    (conversation,) = conversations(1)
+    message = send(conversation, tool_trigger("ledger_append", entry="rent", first_wait=30))
+    wait_for(lambda: runs_per_key(tool_server, "ledger_append"), timeout=30, what="the call")
+    os.kill(process_id(Run.objects.get(message=message, state="running")), signal.SIGKILL)
+    call = in_doubt(message)
+    url = f"/c/{conversation.pk}/tool-calls/{call.pk}/decide/"
+
+    client.force_login(UserFactory())
+    assert client.post(url, {"choice": "run_again"}).status_code == 404
+    client.force_login(conversation.owner)
+    assert client.post(url, {"choice": "both"}).status_code == 400
+    assert client.post(url, {"choice": "skip"}, HTTP_HX_REQUEST="true").status_code == 204
+    assert client.post(url, {"choice": "skip"}, HTTP_HX_REQUEST="true").status_code == 409
+    wait_finished([message])
+    assert runs_per_key(tool_server, "ledger_append") == {str(call.key): 1}
