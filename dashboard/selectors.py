@@ -43,6 +43,7 @@ from continuity.models import (
     Run,
     RunContext,
     StaffAction,
+    ToolCall,
     Worker,
 )
 
@@ -279,6 +280,14 @@ def waiting_of(*, conversation: Conversation) -> Waiting:
     if conversation.state == Conversation.State.TAKEN_OVER:
         who = conversation.taken_over_by.get_username() if conversation.taken_over_by else "staff"
         why = f"Taken over by {who}: support answers, the assistant waits"
+    elif conversation.state == Conversation.State.DECIDING:
+        doubted = ToolCall.objects.filter(
+            message__conversation=conversation, state=ToolCall.State.IN_DOUBT
+        ).values_list("tool", flat=True)
+        why = (
+            f"A tool call in doubt ({', '.join(doubted) or 'none left'}): a crash cut it off, "
+            "and its owner chooses Run again or Skip"
+        )
     elif not active:
         why = conversation.paused_reason or "Paused"
     elif conversation.answering:

@@ -11,7 +11,15 @@ from datetime import datetime
 from django.db.models import Count, Max, Min, Q
 
 from continuity.context import recovery_words
-from continuity.models import Checkpoint, Message, Recovery, ReplyChunk, Run, StaffAction
+from continuity.models import (
+    Checkpoint,
+    Message,
+    Recovery,
+    ReplyChunk,
+    Run,
+    StaffAction,
+    ToolCall,
+)
 from continuity.words import clip, plural
 
 
@@ -39,6 +47,7 @@ def message_timeline(message: Message) -> list[Event]:
         )
     events += attempt_events(message)
     events += step_events(message)
+    events += tool_events(message)
     for recovery in Recovery.objects.filter(message=message).order_by("id"):
         words = recovery_words(recovery)
         restored = f", from {words.restored}" if words.restored else ""
@@ -109,6 +118,38 @@ def step_events(message: Message) -> list[Event]:
         *counted_per_attempt(Checkpoint, message, "checkpoint", "stored"),
         *counted_per_attempt(ReplyChunk, message, "reply chunk", "streamed"),
     ]
+
+
+def tool_events(message: Message) -> list[Event]:
+    """Each model round that asked for tools, and each call: when it was recorded, run, and
+    how it ended."""
+    events = []
+    for checkpoint in Checkpoint.objects.filter(message=message, step__startswith="round-"):
+        calls = checkpoint.output.get("calls", [])
+        names = ", ".join(call.get("name", "?") for call in calls)
+        number = checkpoint.step.removeprefix("round-")
+        events.append(
+            Event(
+                checkpoint.created_at, f"Round {number}: the model asked for {names}", kind="round"
+            )
+        )
+    for call in ToolCall.objects.filter(message=message).order_by("round", "position"):
+        where = f"{call.tool} ({call.source or 'unknown'})"
+        if call.started_at is not None:
+            runs = f", run {call.runs} times" if call.runs > 1 else ""
+            events.append(Event(call.started_at, f"Tool call {where} started{runs}", kind="tool"))
+        if call.ended_at is not None:
+            seconds = f" after {call.seconds:.2f} s" if call.seconds is not None else ""
+            decided = f"; its owner chose {call.get_decision_display()}" if call.decision else ""
+            events.append(
+                Event(
+                    call.ended_at,
+                    f"Tool call {where}: {call.get_state_display().lower()}{seconds}{decided}",
+                    clip(call.problem or call.result),
+                    "tool",
+                )
+            )
+    return events
 
 
 def counted_per_attempt(model, message: Message, noun: str, verb: str) -> list[Event]:

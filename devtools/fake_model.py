@@ -65,9 +65,14 @@ class FakeOpenAI:
         tells_window: bool = True,
         tokenizer: bool = False,
         counts: str = "words",
+        streams_tool_calls: bool = True,
     ) -> None:
         """`numbered`: each streamed answer to the same text starts "Take N." (regenerated
-        replies differ, as a sampling model's do)."""
+        replies differ, as a sampling model's do). `streams_tool_calls` False: a streamed
+        request that it would answer with calls gets llama-cpp-python's refusal instead (500,
+        "Automatic streaming tool choice is not supported"), and only an unstreamed one gets
+        them."""
+        self.streams_tool_calls = streams_tool_calls
         self.numbered = numbered
         self.context_tokens = context_tokens
         # A prompt past the window: "empty" (llama-cpp-python's empty stream) or "error"
@@ -146,7 +151,7 @@ class FakeOpenAI:
             pass
 
     def call_tools_next(
-        self, *calls: tuple[str, dict], finish_reason: str = "tool_calls", times: int = 1
+        self, *calls: tuple[str, dict | str], finish_reason: str = "tool_calls", times: int = 1
     ) -> None:
         """The next `times` requests that offer tools are answered with these calls (a name and
         its arguments each; several: parallel calls), then `finish_reason`."""
@@ -261,6 +266,11 @@ class OpenAIHandler(BaseHTTPRequestHandler):
                 f"This model's maximum context length is {window} tokens. However, your "
                 f"messages resulted in {asked_tokens} tokens.",
             )
+        if body.get("tools") and body.get("stream") and not self.fake.streams_tool_calls:
+            with self.fake.lock:
+                refuses = bool(self.fake.tool_calls)
+            if refuses:
+                return self.error(500, "Automatic streaming tool choice is not supported")
         if body.get("tools") and (calls := self.fake.take_tool_calls()) is not None:
             if body.get("stream"):
                 return self.stream_tool_calls(calls)
@@ -399,17 +409,22 @@ def chunk(chunk_id: str, model: str, delta: dict, *, finish_reason: str | None =
 class ToolCalls:
     """An answer made of tool calls: (name, arguments) each, and how it says it ended."""
 
-    calls: tuple[tuple[str, dict], ...]
+    calls: tuple[tuple[str, dict | str], ...]  # arguments as a string: sent as written
     finish_reason: str = "tool_calls"
+
+
+def arguments_text(arguments: dict | str) -> str:
+    """A call's arguments as the model writes them: JSON, or (a string) whatever it wrote."""
+    return arguments if isinstance(arguments, str) else json.dumps(arguments)
 
 
 def call_id(chunk_id: str, index: int) -> str:
     return f"call_{chunk_id[-8:]}_{index}"
 
 
-def arguments_pieces(arguments: dict, size: int = 7) -> list[str]:
+def arguments_pieces(arguments: dict | str, size: int = 7) -> list[str]:
     """A call's arguments as JSON text, in the small pieces a model streams."""
-    text = json.dumps(arguments)
+    text = arguments_text(arguments)
     return [text[start : start + size] for start in range(0, len(text), size)] or [""]
 
 
@@ -420,7 +435,7 @@ def tool_completion(model: str, calls: ToolCalls) -> dict:
         {
             "id": call_id(chunk_id, index),
             "type": "function",
-            "function": {"name": name, "arguments": json.dumps(arguments)},
+            "function": {"name": name, "arguments": arguments_text(arguments)},
         }
         for index, (name, arguments) in enumerate(calls.calls)
     ]

@@ -219,3 +219,37 @@ def test_a_server_that_freezes_mid_reply_charges_no_attempt_and_counts_as_down(p
     assert run_states(message) == ["interrupted", "completed"]
     assert not CrashRecord.objects.exists()
     assert_promise_kept([message])
+
+
+def test_a_model_that_calls_a_built_in_tool_reads_its_result_in_the_next_round(processes, fake):
+    """A worker, the openai brain and the fake server: the model asks for `remember` (its
+    calls streamed), the worker runs it once, and the model's next round is the reply."""
+    from continuity.models import MemoryFact, ToolCall
+
+    processes.add(openai_worker(fake))
+    processes.add(WatchdogProcess())
+    (conversation,) = conversations(1)
+    fake.call_tools_next(("remember", {"fact": "The user likes tea"}))
+    message = send(conversation, "Keep in mind that tea is my drink")
+
+    wait_finished([message])
+
+    call = ToolCall.objects.get(message=message)
+    assert (call.tool, call.state, call.runs, call.round) == ("remember", "done", 1, 1)
+    assert call.result == "Remembered (note): The user likes tea"
+    assert MemoryFact.objects.current().filter(value="The user likes tea").exists()
+    message.refresh_from_db()
+    assert message.reply.text == reply_to(message.text)
+    first, second = fake.streamed()[-2:]
+    assert [tool["function"]["name"] for tool in first["tools"]] == [
+        "search_conversations",
+        "remember",
+        "forget",
+        "calculate",
+    ]
+    assert second["messages"][-1] == {
+        "role": "tool",
+        "tool_call_id": call.call_id,
+        "content": "Remembered (note): The user likes tea",
+    }
+    assert_promise_kept([message])

@@ -212,3 +212,24 @@ def test_the_decision_is_the_owners_alone(client, processes, tool_server):
     assert client.post(url, {"choice": "skip"}, HTTP_HX_REQUEST="true").status_code == 409
     wait_finished([message])
     assert runs_per_key(tool_server, "ledger_append") == {str(call.key): 1}
+
+
+def test_a_tool_that_kills_its_worker_every_time_is_named_in_the_dead_letter(
+    processes, tool_server
+):
+    """A crash while a read-only tool runs: it runs again, and kills again; once the message's
+    attempts are used up, it is dead-lettered, and the reason names the tool."""
+    from continuity.models import DeadLetter
+
+    tool_worker(processes, tool_server, CONTINUITY_FAULT_KILL_AT="tool_call_started")
+    processes.add(WatchdogProcess())
+    (conversation,) = conversations(1)
+    message = send(conversation, tool_trigger("lookup", word="ledger"))
+
+    wait_finished([message])
+
+    assert Message.objects.get(pk=message.pk).state == "dead"
+    assert run_states(message) == ["crashed"] * 3
+    reason = DeadLetter.objects.get(message=message).reason
+    assert "It was running the tool lookup." in reason
+    assert not ToolCall.objects.filter(message=message, state="in_doubt").exists()

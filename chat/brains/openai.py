@@ -8,6 +8,7 @@ is remembered whatever the model makes of it.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import re
@@ -20,7 +21,7 @@ import openai
 from django.conf import settings
 
 from chat.brains.builtin import BuiltinBrain
-from continuity.brains import CUT_OFF, Context, ToolUse, Turn, Work
+from continuity.brains import CUT_OFF, Context, ToolRound, ToolSpec, ToolUse, Turn, Work
 from continuity.context import context_tokens, tokens_estimate
 from continuity.delivery import model_learn, model_learned
 from continuity.errors import BackendUnavailable, ContextTooLong, PermanentError
@@ -52,6 +53,9 @@ STATED_PROMPT = re.compile(
     r"(\d+) in the messages|messages resulted in (\d+) tokens|request has (\d+) input tokens",
     re.I,
 )
+# How a server says it cannot stream with tools (llama-cpp-python's: "Automatic streaming tool
+# choice is not supported").
+STREAM_REFUSED = re.compile(r"stream\w*.{0,40}tool|tool.{0,40}stream", re.I | re.S)
 # Where servers count tokens with the model's own tokenizer: llama.cpp's server, then
 # llama-cpp-python's.
 TOKENIZER_PATHS = ("/tokenize", "/extras/tokenize")
@@ -69,14 +73,73 @@ class ModelTimeout(Exception):
     """The model server went silent: the attempt fails and is retried later, never hangs."""
 
 
-def prompt_messages(context: Context) -> list[dict[str, str]]:
+def prompt_messages(context: Context, work: Work | None = None) -> list[dict]:
     """The chat messages for `context`: one system message (identity, memory, working notes,
-    summary, what is queued, a restart), then the recent turns and the message to answer."""
+    summary, what is queued, a restart, what to know of the tools), then the recent turns and
+    the message to answer, then this reply's earlier rounds (`work`)."""
     turns = [*context.history, Turn("user", context.text)]
-    return [{"role": "system", "content": system_prompt(context)}, *alternating(turns)]
+    system = {
+        "role": "system",
+        "content": system_prompt(context, tools_note=work.note if work else ""),
+    }
+    return [system, *alternating(turns), *rounds_messages(work.rounds if work else [])]
 
 
-def system_prompt(context: Context) -> str:
+def rounds_messages(rounds: list[ToolRound]) -> list[dict]:
+    """The reply's earlier rounds as the wire format has them, always well formed: each
+    assistant message with tool calls is followed by one tool message per call id."""
+    messages: list[dict] = []
+    for done in rounds:
+        calls = [
+            {
+                "id": call.call_id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": json.dumps(call.arguments)},
+            }
+            for call in done.calls
+        ]
+        messages.append({"role": "assistant", "content": done.text, "tool_calls": calls})
+        messages += [
+            {
+                "role": "tool",
+                "tool_call_id": call.call_id,
+                "content": done.results.get(call.call_id) or NO_RESULT,
+            }
+            for call in done.calls
+        ]
+    return messages
+
+
+# What the model reads for a call that has no result (none can be missing; the history stays
+# well formed whatever happens).
+NO_RESULT = "No result: the call was not run."
+
+
+def tool_wire(spec: ToolSpec) -> dict:
+    return {
+        "type": "function",
+        "function": {
+            "name": spec.name,
+            "description": spec.description,
+            "parameters": spec.input_schema or {"type": "object", "properties": {}},
+        },
+    }
+
+
+def tool_use(call_id: str, name: str, arguments: str) -> ToolUse:
+    """A call as the model wrote it; arguments that are not a JSON object are its problem,
+    which it reads as the call's result, never a crash."""
+    try:
+        parsed = json.loads(arguments) if arguments.strip() else {}
+    except ValueError as exc:
+        problem = f"The arguments are not valid JSON ({exc}): {clip(arguments, 200)}"
+        return ToolUse(call_id, name, {}, problem=problem)
+    if not isinstance(parsed, dict):
+        return ToolUse(call_id, name, {}, problem="The arguments must be a JSON object.")
+    return ToolUse(call_id, name, parsed)
+
+
+def system_prompt(context: Context, *, tools_note: str = "") -> str:
     parts = [context.identity.strip()]
     if context.facts:
         facts = "\n".join(f"- {key}: {value}" for key, value in context.facts.items())
@@ -106,6 +169,7 @@ def system_prompt(context: Context) -> str:
             f"Your answer to the user's latest message was interrupted ({recovery.label}). "
             "Begin your reply with one short sentence saying so, then answer it."
         )
+    parts.append(tools_note)
     return "\n\n".join(part for part in parts if part)
 
 
@@ -138,6 +202,25 @@ WARM_COMPLETION = {
 }
 
 
+def call_gather(calls: dict[int, dict[str, str]], piece) -> None:
+    """A streamed piece of a tool call, gathered by its `index`: its id and name come once,
+    its arguments in pieces (parallel calls' pieces interleave)."""
+    call = calls.setdefault(piece.index, {"id": "", "name": "", "arguments": ""})
+    call["id"] = call["id"] or (piece.id or "")
+    if piece.function is not None:
+        call["name"] = call["name"] or (piece.function.name or "")
+        call["arguments"] += piece.function.arguments or ""
+
+
+def rounds_tokens(messages: list[dict]) -> int:
+    """The estimated tokens of the reply's earlier rounds, which the context's count leaves
+    out: their text, calls and results."""
+    rounds = [
+        message for message in messages if message.get("tool_calls") or message["role"] == "tool"
+    ]
+    return sum(tokens_estimate(json.dumps(message)) for message in rounds)
+
+
 class OpenAIBrain:
     # The model's window as its server said it, by (base URL, model): asked once per process
     # (before the worker forks: `warm`), when CONTINUITY_OPENAI_CONTEXT_TOKENS does not say it.
@@ -152,6 +235,9 @@ class OpenAIBrain:
     # What a refusal taught is shared with every process (`model_learn`), and what the others
     # learned is read at most every LEARNED_READ_SECONDS (monotonic clock).
     learned_read: dict[tuple[str, str], float] = {}
+    # The servers (by `key`) that refuse to stream with tools (llama-cpp-python's does when the
+    # model chose a call): their rounds with tools go unstreamed.
+    streamless_tools: set[tuple[str, str]] = set()
 
     @classmethod
     def key(cls) -> tuple[str, str]:
@@ -433,28 +519,46 @@ class OpenAIBrain:
     def respond(
         self, context: Context, plan: dict, work: Work | None = None
     ) -> Generator[str, None, str | list[ToolUse] | None]:
-        """The reply as the server streams it. Its `finish_reason` says how it ended: `stop`,
-        complete; `length`, cut off at `max_tokens` (kept, marked so); none at all, a stream
-        the server ended without finishing the reply (llama-cpp-python's does when another
-        request interrupts it): the attempt is given back, as for any server failure."""
+        """One round of the reply as the server streams it, offering the tools `work` has. Its
+        `finish_reason` says how it ended: `stop`, complete; `length`, cut off at `max_tokens`
+        (kept, marked so); none at all, a stream the server ended without finishing the reply
+        (llama-cpp-python's does when another request interrupts it): the attempt is given
+        back, as for any server failure. Tool calls in the stream are the answer, whatever
+        `finish_reason` says ("tool_calls", or "stop" from some servers). A server that refuses
+        to stream with tools gets its rounds with tools unstreamed (learned once)."""
+        work = work or Work()
         idle = settings.CONTINUITY_OPENAI_IDLE_TIMEOUT
         started = heard = False
         finished = None
-        messages = prompt_messages(context)
-        estimated = context_tokens(context)
+        messages = prompt_messages(context, work)
+        estimated = context_tokens(context) + rounds_tokens(messages)
         self.prompt_check(messages, estimated=estimated)
+        tools = {"tools": [tool_wire(spec) for spec in work.tools]} if work.tools else {}
+        if tools and self.key() in self.streamless_tools:
+            return (yield from self.respond_unstreamed(messages, tools, estimated=estimated))
+        calls: dict[int, dict[str, str]] = {}
         with self.errors_explained(
             timeout=f"sent no token for {idle:g} s",
             answering=lambda: started,
             prompt_tokens=estimated,
         ):
-            stream = self.client.chat.completions.create(
-                model=self.model,
-                messages=messages,
-                temperature=settings.CONTINUITY_OPENAI_TEMPERATURE,
-                max_tokens=self.reply_tokens(),
-                stream=True,
-            )
+            try:
+                stream = self.client.chat.completions.create(
+                    model=self.model,
+                    messages=messages,
+                    temperature=settings.CONTINUITY_OPENAI_TEMPERATURE,
+                    max_tokens=self.reply_tokens(),
+                    stream=True,
+                    **tools,
+                )
+            except openai.APIStatusError as exc:
+                if not (tools and STREAM_REFUSED.search(detail(exc))):
+                    raise
+                logger.warning(
+                    "%s refuses to stream with tools: unstreamed from now on", self.base_url
+                )
+                self.streamless_tools.add(self.key())
+                return (yield from self.respond_unstreamed(messages, tools, estimated=estimated))
             # Closing the stream (also when the attempt is stopped mid-reply and this generator
             # is closed) drops the connection, which tells the server to stop generating.
             with stream:
@@ -465,6 +569,9 @@ class OpenAIBrain:
                             if choice.delta and choice.delta.content:
                                 started = True
                                 yield choice.delta.content
+                            for piece in (choice.delta.tool_calls if choice.delta else None) or []:
+                                started = True
+                                call_gather(calls, piece)
                             finished = choice.finish_reason or finished
                 except httpx.RemoteProtocolError:
                     if not heard:  # dropped before its first event: the server may say why
@@ -472,15 +579,53 @@ class OpenAIBrain:
                     raise
         if not heard:
             self.silence_explained(messages, estimated=estimated)
-        if finished == "length":
-            return CUT_OFF
         if finished is None:
             raise BackendUnavailable(
                 f"The model server at {self.base_url} ended the reply without finishing it "
                 f"(no finish_reason; model {self.model!r}).",
                 backend=self.backend,
             )
-        return None
+        if calls and tools:
+            return [
+                tool_use(call["id"], call["name"], call["arguments"])
+                for _, call in sorted(calls.items())
+            ]
+        return CUT_OFF if finished == "length" else None
+
+    def respond_unstreamed(
+        self, messages: list[dict], tools: dict, *, estimated: int
+    ) -> Generator[str, None, str | list[ToolUse] | None]:
+        """The round in one answer: its text comes at once, then its calls."""
+        waited = settings.CONTINUITY_OPENAI_REQUEST_TIMEOUT
+        with self.errors_explained(
+            timeout=f"did not answer within {waited:g} s", prompt_tokens=estimated
+        ):
+            # Nothing arrives until the whole round is written: the idle timeout would cut it
+            # off, so the request gets a timeout of its own.
+            completion = self.client.with_options(
+                timeout=httpx.Timeout(waited)
+            ).chat.completions.create(
+                model=self.model,
+                messages=messages,
+                temperature=settings.CONTINUITY_OPENAI_TEMPERATURE,
+                max_tokens=self.reply_tokens(),
+                **tools,
+            )
+        choice = completion.choices[0] if completion.choices else None
+        if choice is None:
+            raise BackendUnavailable(
+                f"The model server at {self.base_url} answered with no choice (model "
+                f"{self.model!r}).",
+                backend=self.backend,
+            )
+        if choice.message.content:
+            yield choice.message.content
+        if choice.message.tool_calls:
+            return [
+                tool_use(call.id, call.function.name, call.function.arguments or "")
+                for call in choice.message.tool_calls
+            ]
+        return CUT_OFF if choice.finish_reason == "length" else None
 
     def prompt_check(self, messages: list[dict[str, str]], *, estimated: int) -> None:
         """Where the server counts tokens, count the prompt: learn how far the estimate that
@@ -488,7 +633,9 @@ class OpenAIBrain:
         long by a count that teaches more than was known is given back (ContextTooLong: the
         next attempt compacts to fit); one too long by what was already known is all compaction
         can make it (the newest exchange and the message), and is refused."""
-        counted = self.tokens_counted("\n".join(message["content"] for message in messages))
+        counted = self.tokens_counted(
+            "\n".join(message.get("content") or "" for message in messages)
+        )
         if counted is None:
             return
         learned = estimated > 0 and self.scale_learn(counted / estimated)

@@ -86,3 +86,21 @@ def test_a_message_id_from_the_users_page_finds_its_timeline(client):
     assert "No message has the id “nope”" in missing.content.decode()
     page = client.get(found["Location"]).content.decode()
     assert page.count("<li data-event=") == len(message_timeline(message))
+
+
+def test_the_timeline_shows_each_round_and_each_tool_call():
+    from continuity.delivery.processing import drain_conversation
+    from tests.helpers.messages import send
+
+    chat = ConversationFactory()
+    message = send(chat, "What is 6 × 7?")
+    drain_conversation(conversation_id=chat.pk)
+
+    events = message_timeline(message)
+
+    whats = [event.what for event in events]
+    assert "Round 1: the model asked for calculate" in whats
+    assert "Tool call calculate (built-in) started" in whats
+    ended = next(e for e in events if e.what.startswith("Tool call calculate (built-in): done"))
+    assert ended.detail == "6 × 7 = 42"
+    assert whats.index("Round 1: the model asked for calculate") < whats.index("Answered")

@@ -99,3 +99,17 @@ def test_pause_stops_the_conversation_with_a_reason_in_the_audit_log(staff):
     owner.force_login(chat.owner)
     page = owner.get(reverse("chat:conversation", args=[chat.pk])).content.decode()
     assert "Support paused this conversation" in page and "abusive" not in page
+
+
+def test_a_conversation_held_for_a_decision_says_which_tool_is_in_doubt(staff):
+    from continuity.models import ToolCall
+
+    chat = waiting_with("Ledger", state=Conversation.State.DECIDING)
+    message = chat.messages.get()
+    ToolCall.objects.create(
+        message=message, round=1, position=0, call_id="c", tool="ledger_append", state="in_doubt"
+    )
+
+    html = staff.get(reverse("dashboard:waiting")).content.decode()
+
+    assert "A tool call in doubt (ledger_append)" in row_of(html, chat)

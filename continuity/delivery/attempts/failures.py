@@ -39,7 +39,7 @@ from ...errors import (
     ToolServerDown,
 )
 from ...live.events import publish_conversation_changed, publish_message_changed
-from ...models import Conversation, CrashRecord, Handoff, Message, Run
+from ...models import Conversation, CrashRecord, Handoff, Message, Run, ToolCall
 from ..backends import backend_failed, backend_queue_release
 from ..dead_letters import dead_letter_create
 from ..drains import conversation_enqueue
@@ -249,6 +249,9 @@ def attempt_end(
     message, conversation = run.message, run.conversation
     logger.warning("Attempt %s of message %s ended %s: %s", run.pk, message.pk, state, error)
     if state == Run.State.CRASHED:
+        if running_tools := crash_tools(run):
+            error = f"{error} It was running the tool {running_tools}."
+            Run.objects.filter(pk=run.pk).update(error=error)
         CrashRecord.objects.create(
             conversation=conversation, message=message, run=run, detected_by=detected_by
         )
@@ -278,6 +281,13 @@ def attempt_end(
         lambda: publish_message_changed(conversation_id=conversation.pk, message_id=message.pk)
     )
     return True
+
+
+def crash_tools(run: Run) -> str:
+    """The tools the crashed attempt was running, named: a dead letter says which one kills
+    its worker."""
+    running = ToolCall.objects.filter(message_id=run.message_id, state=ToolCall.State.RUNNING)
+    return ", ".join(running.values_list("tool", flat=True))
 
 
 def message_give_back(
