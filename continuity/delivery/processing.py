@@ -47,7 +47,7 @@ from ..errors import (
     WorkerStopping,
 )
 from ..live.events import publish_conversation_changed, publish_reply_chunk
-from ..models import Conversation, Message, Run
+from ..models import Conversation, Message, Run, ToolCall
 from ..ops.faults import fault_point
 from ..store import runs
 from ..tools import Asker, Toolbox, toolbox
@@ -376,6 +376,7 @@ def reply_rounds(
     streamed = ReplyStream(run=run, stopped=stopped)
     rounds: list[ToolRound] = []
     for number in itertools.count(1):
+        recorded = None  # a round an earlier attempt wrote: its calls are read as stored
         if (output := stored.get(ROUND_STEP.format(number))) is not None:
             streamed.resume_with(output["text"])
         else:
@@ -385,14 +386,16 @@ def reply_rounds(
                 rounds=rounds,
                 note=NO_MORE_ROUNDS if last else box.note,
             )
-            output = round_write(
+            output, recorded = round_write(
                 run=run, brain=brain, context=context, plan=plan, work=work, box=box,
-                number=number, streamed=streamed, written=[r.text for r in rounds],
+                asker=asker, number=number, streamed=streamed, written=[r.text for r in rounds],
             )  # fmt: skip
             if "reply" in output:
                 return output
         uses = [ToolUse(**call) for call in output["calls"]]
-        results = round_calls_settle(run=run, number=number, box=box, asker=asker, stopped=stopped)
+        results = round_calls_settle(
+            run=run, number=number, box=box, asker=asker, stopped=stopped, recorded=recorded
+        )
         rounds.append(ToolRound(output["text"], uses, results))
         fault_point("tool_round_ended")
     raise AssertionError("unreachable: the rounds end with the reply")
@@ -406,12 +409,14 @@ def round_write(
     plan: dict,
     work: Work,
     box: Toolbox,
+    asker: Asker,
     number: int,
     streamed: ReplyStream,
     written: list[str],
-) -> dict:
+) -> tuple[dict, list[ToolCall] | None]:
     """One model round, streamed, and checkpointed: with its calls, recorded before any of
-    them runs, or as the reply (`written`: the text of the rounds before it)."""
+    them runs (and the built-in ones run and stored with it: `calls_record`), or as the reply
+    (`written`: the text of the rounds before it). Its output, and its calls as stored."""
     if streamed.stopped.is_set():
         raise AttemptStopped(f"Attempt {run.pk} stopped before round {number}.")
     with model_slot(brain, stopped=streamed.stopped, conversation_id=run.conversation_id):
@@ -420,22 +425,21 @@ def round_write(
         uses = calls_named(ending, number=number)
         output = {"text": text, "calls": [asdict(use) for use in uses]}
         fault_point("tool_calls_recording")
-        checkpoint_store(
-            run,
-            ROUND_STEP.format(number),
-            output,
-            [
-                *streamed.store_rest(output),
-                *calls_record(run=run, number=number, uses=uses, box=box),
-            ],
-        )
-        return output
+        with transaction.atomic():
+            recording = calls_record(run=run, number=number, uses=uses, box=box, asker=asker)
+            found = checkpoint_commit(
+                run,
+                ROUND_STEP.format(number),
+                output,
+                [*streamed.store_rest(output), *recording.writes],
+            )
+        return output, [found[insert] for insert in recording.inserts]
     reply = "\n\n".join(part for part in [*written, text] if part.strip())
     if not reply.strip():
         raise EmptyReply(f"Attempt {run.pk}: the assistant's reply was empty.")
     output = {"reply": reply, "cut_off": True} if ending == CUT_OFF else {"reply": reply}
     checkpoint_store(run, "respond", output, streamed.store_rest(output))
-    return output
+    return output, None
 
 
 def calls_named(uses: list[ToolUse], *, number: int) -> list[ToolUse]:
@@ -551,14 +555,21 @@ def checkpoint_store(
 ) -> None:
     """The step's checkpoint, with the fenced `writes` that go with it (None: a step that never
     has any), in one transaction and one round trip."""
-    checkpoint = runs.checkpoint_insert(run=run, name=name, output=output)
     if writes is None:
+        checkpoint = runs.checkpoint_insert(run=run, name=name, output=output)
         fence_held(run, store.execute(checkpoint))  # one statement: its own transaction
         return
     with transaction.atomic():
-        writes = [*writes, checkpoint]
-        found = store.round_trip(*writes, commit=True)
-        fence_held(run, *(found[write] for write in writes))
+        checkpoint_commit(run, name, output, writes)
+
+
+def checkpoint_commit(run: Run, name: str, output: dict, writes: list[store.Query]) -> store.Found:
+    """The last statements of the caller's transaction, which commits with them: the step's
+    checkpoint and its fenced `writes`, each of which must have stored its row."""
+    writes = [*writes, runs.checkpoint_insert(run=run, name=name, output=output)]
+    found = store.round_trip(*writes, commit=True)
+    fence_held(run, *(found[write] for write in writes))
+    return found
 
 
 class ReplyStream:

@@ -15,12 +15,15 @@ owner (`calls_hold`).
 from __future__ import annotations
 
 import logging
+import uuid
 from dataclasses import dataclass
+from functools import partial
 from threading import Event
 
 from django.db import transaction
 from django.db.models import F
 from django.db.models.functions import Now
+from django.utils import timezone
 
 from .. import store
 from ..brains import ToolUse
@@ -43,43 +46,94 @@ SKIPPED_RESULT = (
 RUN_AGAIN_SAID = "The person chose Run again after an interruption cut this call off. Result: "
 
 
-def calls_record(*, run: Run, number: int, uses: list[ToolUse], box: Toolbox) -> list:
-    """The fenced inserts of the round's calls (pending), for the transaction that checkpoints
-    the round: a crash before it commits leaves no call, and the round is asked again."""
+@dataclass(frozen=True)
+class Ended:
+    state: str
+    result: str
+    cut: bool = False
+
+
+@dataclass(frozen=True)
+class Recording:
+    """A round's calls as the transaction that checkpoints the round stores them: `inserts`,
+    one per call (each reads back its row, None when fenced off), and every write (`writes`:
+    the inserts and the reply's bump, which shows the blocks live)."""
+
+    inserts: list[store.Query]
+    writes: list[store.Query]
+
+
+def calls_record(
+    *, run: Run, number: int, uses: list[ToolUse], box: Toolbox, asker: Asker
+) -> Recording:
+    """Inside the transaction that checkpoints the round: its calls' rows, stored with it, so a
+    crash before it commits leaves no call and the round is asked again. A call the model
+    cannot make as asked is stored ended, its problem its result. A built-in tool runs here,
+    in this process, and is stored with its result: whatever it reads or writes of our own
+    database (after the run is locked, so no reaper ends the attempt meanwhile) commits with
+    its row and the round, exactly once. A server's tool is stored pending: it runs once this
+    commits."""
     inserts = []
+    locked = False
     for position, use in enumerate(uses):
         tool = box.tools.get(use.name)
-        safe = bool(
-            tool
-            and (
-                tool.spec.runs_again_safely
-                or (tool.source == BUILTIN and BUILTIN_TOOLS[use.name].transactional)
-            )
-        )
-        inserts.append(
-            runs.fenced_insert(
-                ToolCall,
-                run=run,
-                round=number,
-                position=position,
-                call_id=use.call_id,
-                tool=use.name,
-                source=tool.source if tool else "",
-                arguments=use.arguments,
-                problem=arguments_problem(use, tool),
-                runs_again_safely=safe,
-            )
-        )
-    return inserts
+        problem = arguments_problem(use, tool)
+        builtin = BUILTIN_TOOLS.get(use.name) if tool and tool.source == BUILTIN else None
+        values = {
+            "round": number,
+            "position": position,
+            "call_id": use.call_id,
+            "tool": use.name,
+            "source": tool.source if tool else "",
+            "arguments": use.arguments,
+            "problem": problem,
+            "key": uuid.uuid4(),
+            "runs_again_safely": bool(tool and (tool.spec.runs_again_safely or builtin)),
+        }
+        if problem:
+            values |= ended_values(Ended(ToolCall.State.ERROR, problem), runs=0)
+        elif builtin is not None:
+            if not (builtin.pure or locked):
+                run_lock_owned(run)
+                locked = True
+            result = call_run(tool, use.arguments, key=str(values["key"]), asker=asker)
+            values |= ended_values(ended_as(result), runs=1)
+        inserts.append(runs.fenced_inserting(ToolCall, run=run, **values))
+    transaction.on_commit(partial(message_changed_publish, run))
+    return Recording(inserts, [*inserts, messages.message_bump(message_id=run.message_id)])
+
+
+def ended_values(ended: Ended, *, runs: int) -> dict:
+    now = timezone.now()
+    started = {"started_at": now} if runs else {}
+    return {
+        "state": ended.state,
+        "result": ended.result,
+        "result_cut": ended.cut,
+        "runs": runs,
+        "ended_at": now,
+        **started,
+    }
 
 
 def round_calls_settle(
-    *, run: Run, number: int, box: Toolbox, asker: Asker, stopped: Event
+    *,
+    run: Run,
+    number: int,
+    box: Toolbox,
+    asker: Asker,
+    stopped: Event,
+    recorded: list[ToolCall] | None = None,
 ) -> dict[str, str]:
-    """Every call of the round ended, and what the model reads of each, by call id. A call
-    that ended before is read, never run again. CallsInDoubt, once they are held, when calls
-    wait for their owner's decision."""
-    calls = list(ToolCall.objects.filter(message_id=run.message_id, round=number))
+    """Every call of the round ended, and what the model reads of each, by call id: those
+    this attempt just `recorded`, or (a round an earlier attempt wrote) as stored. A call that
+    ended before is read, never run again. CallsInDoubt, once they are held, when calls wait
+    for their owner's decision."""
+    calls = (
+        recorded
+        if recorded is not None
+        else list(ToolCall.objects.filter(message_id=run.message_id, round=number))
+    )
     undecided = [
         call
         for call in calls
@@ -103,39 +157,17 @@ def model_reads(call: ToolCall) -> str:
     return call.result
 
 
-@dataclass(frozen=True)
-class Ended:
-    state: str
-    result: str
-    cut: bool = False
-
-
 def call_execute(*, run: Run, call: ToolCall, box: Toolbox, asker: Asker, stopped: Event) -> None:
-    """Run the call once and store how it ended (on `call` too)."""
+    """Run a server's call, recorded pending (or chosen to run again), once, and store how it
+    ended (on `call` too). Its server's tools not offered now: ToolServerDown, given back."""
     if stopped.is_set():
         raise AttemptStopped(f"Attempt {run.pk} stopped before tool call {call.pk}.")
-    if call.problem:
-        call_end(run=run, call=call, ended=Ended(ToolCall.State.ERROR, call.problem))
-        return
     tool = box.tools.get(call.tool)
-    if tool is None:
-        if call.source and call.source != BUILTIN:
-            raise ToolServerDown(
-                f"The MCP server {call.source} is not available: call {call.pk} ({call.tool}) "
-                "waits for it."
-            )
-        call_end(
-            run=run,
-            call=call,
-            ended=Ended(ToolCall.State.ERROR, f"There is no tool named {call.tool!r} now."),
+    if tool is None or tool.source != call.source:
+        raise ToolServerDown(
+            f"The MCP server {call.source} is not available: call {call.pk} ({call.tool}) "
+            "waits for it."
         )
-        return
-    if tool.source == BUILTIN and BUILTIN_TOOLS[tool.spec.name].transactional:
-        with transaction.atomic():
-            run_lock_owned(run)
-            result = call_run(tool, call.arguments, key=str(call.key), asker=asker)
-            call_end(run=run, call=call, ended=ended_as(result), started=True)
-        return
     call_start(run=run, call=call)
     fault_point("tool_call_started")
     try:
@@ -172,13 +204,11 @@ def call_start(*, run: Run, call: ToolCall) -> None:
     call.state = ToolCall.State.RUNNING
 
 
-def call_end(*, run: Run, call: ToolCall, ended: Ended, started: bool = False) -> None:
-    """Store how the call ended (inside the caller's transaction, when it has one)."""
+def call_end(*, run: Run, call: ToolCall, ended: Ended) -> None:
+    """Store how the call ended."""
     with transaction.atomic():
         run_lock_owned(run)
         changes = {"state": ended.state, "result": ended.result, "result_cut": ended.cut}
-        if started:
-            changes.update(runs=F("runs") + 1, started_at=Now())
         ToolCall.objects.filter(pk=call.pk).update(ended_at=Now(), **changes)
         message_changed(run)
     call.state, call.result, call.result_cut = ended.state, ended.result, ended.cut
@@ -187,11 +217,11 @@ def call_end(*, run: Run, call: ToolCall, ended: Ended, started: bool = False) -
 def message_changed(run: Run) -> None:
     """Inside the transaction of a call's change: its reply's page shows the change live."""
     store.execute(messages.message_bump(message_id=run.message_id))
-    transaction.on_commit(
-        lambda: publish_message_changed(
-            conversation_id=run.conversation_id, message_id=run.message_id
-        )
-    )
+    transaction.on_commit(partial(message_changed_publish, run))
+
+
+def message_changed_publish(run: Run) -> None:
+    publish_message_changed(conversation_id=run.conversation_id, message_id=run.message_id)
 
 
 def calls_hold(*, run: Run, calls: list[ToolCall]) -> None:
@@ -222,5 +252,5 @@ def calls_hold(*, run: Run, calls: list[ToolCall]) -> None:
 
 
 def conversation_changed(run: Run) -> None:
-    publish_message_changed(conversation_id=run.conversation_id, message_id=run.message_id)
+    message_changed_publish(run)
     publish_conversation_changed(conversation_id=run.conversation_id)

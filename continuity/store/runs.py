@@ -70,6 +70,17 @@ def fenced_insert(model: type[M], *, run: Run, **values: object) -> Query[bool]:
     return Query(*statement, changed)
 
 
+def fenced_inserting(model: type[M], *, run: Run, **values: object) -> Query[M | None]:
+    """As `fenced_insert`, reading back the stored row: None when fenced off."""
+    return inserting(
+        model,
+        where=run_owns(run, lock=connection.for_share()),
+        message_id=run.message_id,
+        run_id=run.pk,
+        **values,
+    )
+
+
 def checkpoint_insert(*, run: Run, name: str, output: dict) -> Query[bool]:
     return fenced_insert(Checkpoint, run=run, step=name, output=output)
 

@@ -1,9 +1,9 @@
 """The built-in tools: in-process and offline, so the agent acts without any server.
 
-Each sees only the asking person's data (`Asker`). A tool whose effect is a write to our own
-database (remember, forget) makes it in the caller's transaction, the one that stores the call's
-result: it happens exactly once. A tool's own failure is a `ToolError`, whose text the model
-reads as the call's result.
+Each sees only the asking person's data (`Asker`). A built-in tool runs in the transaction that
+records its call and stores its result (delivery's `calls_record`): a write to our own
+database (remember, forget) happens exactly once, with its row. A tool's own failure is a
+`ToolError`, whose text the model reads as the call's result.
 """
 
 from __future__ import annotations
@@ -39,9 +39,8 @@ class Asker:
 class BuiltinTool:
     spec: ToolSpec
     run: Callable[[Asker, dict], str]
-    # A call whose run is a write to our own database, in the transaction that stores its
-    # result: a crash before that commit undid it, so it runs again, whatever its hints.
-    transactional: bool = False
+    # Reads and writes nothing of our database: it runs without locking the attempt's run.
+    pure: bool = False
 
 
 SEARCH_HITS = 5
@@ -182,7 +181,6 @@ BUILTIN_TOOLS = {
                 open_world=False,
             ),
             remember,
-            transactional=True,
         ),
         BuiltinTool(
             ToolSpec(
@@ -193,7 +191,6 @@ BUILTIN_TOOLS = {
                 open_world=False,
             ),
             forget,
-            transactional=True,
         ),
         BuiltinTool(
             ToolSpec(
@@ -205,6 +202,7 @@ BUILTIN_TOOLS = {
                 open_world=False,
             ),
             calculate,
+            pure=True,
         ),
     )
 }

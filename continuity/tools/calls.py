@@ -5,6 +5,7 @@ result (`is_error`), never an exception; only a server that could not be reached
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 
@@ -33,13 +34,27 @@ def arguments_problem(use: ToolUse, tool: Tool | None) -> str:
             f"The arguments are {size:,} bytes; a call may have at most "
             f"{settings.CONTINUITY_TOOL_ARGUMENT_BYTES:,}."
         )
-    try:
-        jsonschema.validate(use.arguments, tool.spec.input_schema or {"type": "object"})
-    except jsonschema.ValidationError as exc:
-        return f"The arguments do not match the tool's schema: {exc.message}."
-    except jsonschema.SchemaError:
+    if (validator := schema_validator(json.dumps(tool.spec.input_schema, sort_keys=True))) is None:
         logger.warning("Tool %s has an invalid input schema; its arguments go unchecked", use.name)
+        return ""
+    if (
+        error := jsonschema.exceptions.best_match(validator.iter_errors(use.arguments))
+    ) is not None:
+        return f"The arguments do not match the tool's schema: {error.message}."
     return ""
+
+
+@functools.lru_cache(maxsize=256)
+def schema_validator(schema: str) -> jsonschema.protocols.Validator | None:
+    """A validator for the schema (its JSON text), checked and made once per process: checking
+    a schema took longer than the call it guards. None for a schema that is not one."""
+    loaded = json.loads(schema) or {"type": "object"}
+    kind = jsonschema.validators.validator_for(loaded)
+    try:
+        kind.check_schema(loaded)
+    except jsonschema.SchemaError:
+        return None
+    return kind(loaded)
 
 
 def call_run(tool: Tool, arguments: dict, *, key: str, asker: Asker) -> ToolResult:

@@ -10,12 +10,11 @@ from .stats import Figure, Section
 from .targets import TARGETS_BASELINE, Verdict, met_shown, verdicts
 
 # The sections in report order.
-NUMBERS = {
-    key: n
-    for n, key in enumerate(
-        ("baseline", "throughput", "latency", "growth", "recovery", "streaming", "memory"), 1
-    )
-}
+# Report order (the sections' numbering).
+SECTIONS = (
+    "baseline", "throughput", "latency", "growth", "recovery", "streaming", "memory", "tools"
+)  # fmt: skip
+NUMBERS = {key: n for n, key in enumerate(SECTIONS, 1)}
 DECIMALS = {"ms": 1, "s": 2, "MB": 1, "bytes": 0}
 
 

@@ -17,17 +17,18 @@ from .machine import git_commit, machine, versions
 from .memory import memory_run
 from .plan import Plan
 from .recovery import recovery_run
-from .report import Report
+from .report import SECTIONS, Report
 from .rig import BenchError, Rig
 from .stats import Section
 from .streaming import streaming_run
 from .throughput import throughput_run
+from .tools import tools_run
 
-# Report order (the sections' numbering).
-SECTIONS = ("baseline", "throughput", "latency", "growth", "recovery", "streaming", "memory")
-# Run order: latency counts in-process before any worker starts; recovery kills its workers
-# last; the baseline runs before throughput, which reports its ratio to it.
-RUN_ORDER = ("latency", "baseline", "throughput", "growth", "streaming", "memory", "recovery")
+# Run order: the tool round and latency count in-process before any worker starts; recovery
+# kills its workers last; the baseline runs before throughput, which reports its ratio to it.
+RUN_ORDER = (
+    "tools", "latency", "baseline", "throughput", "growth", "streaming", "memory", "recovery"
+)  # fmt: skip
 BUSY = 1.0  # load average above which the machine is not quiet
 RUNNERS: dict[str, Callable[[Rig, Plan, dict[str, Section]], Section]] = {
     "baseline": lambda rig, plan, done: baseline_run(rig, plan),
@@ -37,6 +38,7 @@ RUNNERS: dict[str, Callable[[Rig, Plan, dict[str, Section]], Section]] = {
     "recovery": lambda rig, plan, done: recovery_run(rig, plan),
     "streaming": lambda rig, plan, done: streaming_run(rig, plan),
     "memory": lambda rig, plan, done: memory_run(rig, plan),
+    "tools": lambda rig, plan, done: tools_run(rig, plan),
 }
 
 

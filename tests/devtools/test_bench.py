@@ -153,6 +153,7 @@ def test_the_report_puts_each_target_beside_this_runs_figure():
                 Figure("  ratio to 100", "ratio", [1.25]),
             ],
         ),
+        Section("tools", "A tool round", figures=[Figure("added by the call, p50", "ms", [2.0])]),
     ]
     report = Report(sections, "", 300, "", "", {}, {}, Plan())
 
@@ -163,6 +164,7 @@ def test_the_report_puts_each_target_beside_this_runs_figure():
         ("throughput ≥ 0.25× the no-op baseline of the same run", "0.3×", "yes"),
         ("one message at a time, accept → reply committed p50 ≤ 10 ms", "12.0 ms", "no"),
         ("message_accept p50 ≤ 3 ms", "3.0 ms", "yes"),
+        ("a built-in tool call adds ≤ 3 ms at p50 to a reply", "2.0 ms", "yes"),
         ("accept → reply at 100,000 prior messages ≤ 1.2× that at 100", "1.25×", "no"),
         ("200 websocket clients × 10 messages: 0 errors", "", "not measured"),
         # Not every section ran: this run's duration is not the one the targets bound.
