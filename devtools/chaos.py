@@ -25,7 +25,7 @@ from pathlib import Path
 
 from django.db.models import Count
 
-from continuity.models import Conversation, Message, Run
+from continuity.models import Conversation, Message, Run, ToolCall
 
 from .fake_model import FakeOpenAI
 from .processes import WorkerChild
@@ -230,6 +230,84 @@ class ModelOutage:
         self.server.start(port=port)
 
 
+# What each reply's first round asks for in a `--tools` run: a tool neither read-only nor
+# idempotent (whose ledger counts its runs per key), an idempotent one and a read-only one.
+CHAOS_TOOL_CALLS = (
+    ("ledger_append", {"entry": "chaos"}),
+    ("set_value", {"name": "chaos", "value": "1"}),
+    ("lookup", {"word": "ledger"}),
+)
+
+
+def tools_audit(conversation_ids: list[int], ledger: Path) -> dict:
+    """The tool calls of a `--tools` run, against the MCP server's ledger: how often each key of
+    the tool that is neither read-only nor idempotent ran, and how many of them ran twice with
+    no person's Run again (the promise: none)."""
+    from devtools.mcp_server import ledger_lines
+
+    calls = ToolCall.objects.filter(message__conversation_id__in=conversation_ids)
+    runs_per_key = Counter(
+        line["key"] for line in ledger_lines(ledger) if line["tool"] == "ledger_append"
+    )
+    chosen = {
+        str(key)
+        for key in calls.filter(decision=ToolCall.Decision.RUN_AGAIN).values_list("key", flat=True)
+    }
+    unsafe = calls.filter(tool="ledger_append")
+    return {
+        "calls": calls.count(),
+        "states": dict(
+            calls.values_list("state").annotate(n=Count("pk")).values_list("state", "n")
+        ),
+        "decided_in_doubt": calls.exclude(decision="").count(),
+        "still_in_doubt": calls.filter(state=ToolCall.State.IN_DOUBT).count(),
+        "run_again_chosen": len(chosen),
+        "ledger_append_calls": unsafe.count(),
+        "ledger_append_runs_per_key": dict(sorted(Counter(runs_per_key.values()).items())),
+        "keys_run_twice_without_run_again": sum(
+            1 for key, runs in runs_per_key.items() if runs > 1 and key not in chosen
+        ),
+        "keys_run_thrice_or_more": sum(1 for runs in runs_per_key.values() if runs > 2),
+    }
+
+
+class Deciding:
+    """The people of a run, deciding on their calls in doubt as the page lets them: Run again or
+    Skip, at random, through the web server, once a second."""
+
+    def __init__(self, browsers: Browsers, conversation_ids: list[int], rng: random.Random):
+        self.browsers, self.conversation_ids = browsers, conversation_ids
+        self.rng = random.Random(rng.random())
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self.loop, name="deciding", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def loop(self) -> None:
+        from django.db import InterfaceError, OperationalError, connection
+
+        while not self._stop.wait(1.0):
+            try:
+                doubted = list(
+                    ToolCall.objects.filter(
+                        message__conversation_id__in=self.conversation_ids,
+                        state=ToolCall.State.IN_DOUBT,
+                    ).values_list("message__conversation_id", "pk")
+                )
+            except (OperationalError, InterfaceError):  # a database restart
+                connection.close()
+                continue
+            for conversation_id, call_id in doubted:
+                choice = self.rng.choice(["run_again", "skip"])
+                self.browsers.decide(conversation_id, call_id, choice)
+
+
 class Browsers:
     """Each conversation's owner, signed in over HTTP as a browser is: a session cookie, the
     CSRF cookie and token of its conversation's page. Sends as the composer does: a 5xx or a
@@ -284,6 +362,26 @@ class Browsers:
                 self.count(type(error).__name__)
                 wait = 0.2
             time.sleep(wait)
+
+    def decide(self, conversation_id: int, call_id: int, choice: str) -> None:
+        """Run again or Skip on a call in doubt, as its block's buttons post it; a 409 (decided
+        already) is as good as done, a 5xx or a lost connection is tried at the next round."""
+        body = urllib.parse.urlencode({"choice": choice}).encode()
+        headers = {
+            "Cookie": self.cookies[conversation_id],
+            "HX-Request": "true",
+            "X-CSRFToken": self.tokens[conversation_id],
+            "Referer": self.base_url,
+        }
+        url = f"{self.base_url}/c/{conversation_id}/tool-calls/{call_id}/decide/"
+        request = urllib.request.Request(url, data=body, headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:
+                self.count(f"decide {response.status}")
+        except urllib.error.HTTPError as error:
+            self.count(f"decide {error.code}")
+        except OSError as error:
+            self.count(f"decide {type(error).__name__}")
 
     def count(self, status: str) -> None:
         with self.lock:

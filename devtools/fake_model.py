@@ -66,13 +66,17 @@ class FakeOpenAI:
         tokenizer: bool = False,
         counts: str = "words",
         streams_tool_calls: bool = True,
+        first_round_calls: tuple[tuple[str, dict | str], ...] = (),
     ) -> None:
         """`numbered`: each streamed answer to the same text starts "Take N." (regenerated
         replies differ, as a sampling model's do). `streams_tool_calls` False: a streamed
         request that it would answer with calls gets llama-cpp-python's refusal instead (500,
         "Automatic streaming tool choice is not supported"), and only an unstreamed one gets
-        them."""
+        them. `first_round_calls`: every request that offers tools and has no tool result yet
+        (a reply's first round) is answered with these calls; the round after them, with
+        text (the chaos runs' tools)."""
         self.streams_tool_calls = streams_tool_calls
+        self.first_round_calls = first_round_calls
         self.numbered = numbered
         self.context_tokens = context_tokens
         # A prompt past the window: "empty" (llama-cpp-python's empty stream) or "error"
@@ -187,9 +191,12 @@ class FakeOpenAI:
             self.active += change
             self.most_active = max(self.most_active, self.active)
 
-    def take_tool_calls(self) -> ToolCalls | None:
+    def take_tool_calls(self, body: dict) -> ToolCalls | None:
         with self.lock:
-            return self.tool_calls.pop(0) if self.tool_calls else None
+            if self.tool_calls:
+                return self.tool_calls.pop(0)
+        first_round = not any(m.get("role") == "tool" for m in body.get("messages") or [])
+        return ToolCalls(self.first_round_calls) if self.first_round_calls and first_round else None
 
     def take(self, queue: list[int]) -> int | None:
         with self.lock:
@@ -271,7 +278,7 @@ class OpenAIHandler(BaseHTTPRequestHandler):
                 refuses = bool(self.fake.tool_calls)
             if refuses:
                 return self.error(500, "Automatic streaming tool choice is not supported")
-        if body.get("tools") and (calls := self.fake.take_tool_calls()) is not None:
+        if body.get("tools") and (calls := self.fake.take_tool_calls(body)) is not None:
             if body.get("stream"):
                 return self.stream_tool_calls(calls)
             self.fake.answering(-1)

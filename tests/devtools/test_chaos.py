@@ -122,3 +122,60 @@ def test_a_chaos_run_sends_over_http_to_its_own_workers_and_rides_out_a_model_ou
     assert (audit["model_outages"], audit["http_5xx"], audit["dead"]) == (1, 0, 0)
     assert audit["http_statuses"] == {"200": 12}
     assert audit["settings"]["CONTINUITY_BRAIN"] == "openai"
+
+
+@pytest.mark.processes
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.postgresql("starts workers, which the suite runs on PostgreSQL")
+def test_a_chaos_run_with_tools_counts_the_ledgers_runs_per_key():
+    """Each reply's first round calls the three tools of the run's own MCP server; with kills,
+    a call left in doubt is decided as a person would, and the report counts the runs per key
+    of the tool that is neither read-only nor idempotent."""
+    import json
+    import subprocess
+    import sys
+
+    from django.conf import settings
+
+    from tests.helpers.processes import command_env
+
+    result = subprocess.run(
+        [sys.executable, "manage.py", "chaos", "--tools", "--messages", "12",
+         "--conversations", "3", "--workers", "1", "--kill-every", "2-3", "--send-rate", "4",
+         "--fast-clocks", "--timeout", "120", "--seed", "7"],
+        cwd=settings.BASE_DIR, env=command_env(), capture_output=True, text=True, timeout=200,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    audit = json.loads(result.stdout[result.stdout.index("{") :])
+    assert audit["finished_before_timeout"] and audit["done"] == audit["sent"] == 12
+    tools = audit["tools"]
+    assert tools["ledger_append_calls"] >= 12 and tools["calls"] >= 36
+    assert tools["keys_run_twice_without_run_again"] == 0 == tools["still_in_doubt"]
+    assert sum(tools["ledger_append_runs_per_key"].values()) >= 12
+
+
+def test_the_tools_audit_counts_a_key_run_twice_without_a_person(tmp_path, conversation):
+    """The audit must be able to fail: a ledger key run twice, with no Run again chosen."""
+    import json
+
+    from continuity.models import ToolCall
+    from devtools.chaos import tools_audit
+
+    message = MessageFactory(conversation=conversation)
+    chosen, silent = (
+        ToolCall.objects.create(
+            message=message, round=1, position=index, call_id=f"c{index}", tool="ledger_append",
+            state="done", decision=decision,
+        )
+        for index, decision in enumerate(["run_again", ""])
+    )  # fmt: skip
+    ledger = tmp_path / "ledger.jsonl"
+    lines = [chosen.key, chosen.key, silent.key, silent.key]
+    ledger.write_text(
+        "".join(json.dumps({"tool": "ledger_append", "key": str(k)}) + "\n" for k in lines)
+    )
+
+    audit = tools_audit([conversation.pk], ledger)
+
+    assert audit["keys_run_twice_without_run_again"] == 1
+    assert audit["ledger_append_runs_per_key"] == {2: 2}

@@ -20,17 +20,20 @@ from django.db import InterfaceError, OperationalError, connection
 from continuity.models import Conversation, Message
 from continuity.ops.web import web_argv
 from devtools.chaos import (
+    CHAOS_TOOL_CALLS,
     Browsers,
     Chaos,
+    Deciding,
     ModelOutage,
     Scheduled,
     chaos_audit,
     postgres_restart,
     spread,
+    tools_audit,
     wait_until,
 )
 from devtools.fake_model import FakeOpenAI
-from devtools.processes import ChildProcess, watchdog_argv
+from devtools.processes import ChildProcess, McpServerChild, watchdog_argv
 from devtools.redis_server import RedisServer, free_port, redis_use
 
 # `--fast-clocks`: a shorter crash backoff and stall re-send than the defaults, for the suite's
@@ -83,6 +86,15 @@ class Command(BaseCommand):
             "command runs, and stop that server for this many seconds halfway through the "
             "sending (default 0: the built-in brain, no model server).",
         )
+        add(
+            "--tools",
+            action="store_true",
+            help="Replies call tools: the `openai` brain, from the fake server, asks in each "
+            "reply's first round for the test MCP server's ledger_append (neither read-only nor "
+            "idempotent), set_value (idempotent) and lookup (read-only), which this command "
+            "runs. Calls left in doubt are decided as a person would, Run again or Skip at "
+            "random; the report counts the ledger's runs per key.",
+        )
         add("--send-rate", type=float, default=50.0, help="Messages sent per second.")
         add(
             "--token-delay",
@@ -118,10 +130,18 @@ class Command(BaseCommand):
         log_dir = Path(tempfile.mkdtemp(prefix="continuity-chaos-"))
         redis_server = RedisServer().start()
         redis_use(redis_server.url)
-        model = None
-        if options["model_outage"] > 0:
-            model = FakeOpenAI(delay=options["token_delay"]).start()
-        env = self.child_env(redis_server.url, options, model)
+        model = tool_server = None
+        if options["model_outage"] > 0 or options["tools"]:
+            calls = CHAOS_TOOL_CALLS if options["tools"] else ()
+            model = FakeOpenAI(delay=options["token_delay"], first_round_calls=calls).start()
+        if options["tools"]:
+            tool_server = McpServerChild(
+                port=free_port(),
+                ledger=log_dir / "ledger.jsonl",
+                env=dict(os.environ),
+                log_path=log_dir / "mcp-server.log",
+            )
+        env = self.child_env(redis_server.url, options, model, tool_server)
         port = free_port()
         web = ChildProcess(
             web_argv(host="127.0.0.1", port=port), env=env, log_path=log_dir / "web.log"
@@ -152,12 +172,16 @@ class Command(BaseCommand):
             postgres_restart, spread(options["postgres_restarts"], sending)
         )
         outage = Scheduled(
-            ModelOutage(model, options["model_outage"]) if model else None,
-            [sending / 2] if model else [],
+            ModelOutage(model, options["model_outage"]) if options["model_outage"] > 0 else None,
+            [sending / 2] if options["model_outage"] > 0 else [],
         )
         browsers = Browsers(base_url)
+        deciding = Deciding(browsers, ids, rng)
         started = time.monotonic()
         try:
+            if tool_server is not None:
+                tool_server.start()
+                wait_until(tool_server.answers, timeout=60, every=0.2)
             web.start()
             watchdog.start()
             wait_until(lambda: web_answers(base_url), timeout=60, every=0.2)
@@ -166,6 +190,8 @@ class Command(BaseCommand):
             chaos.start()
             for scheduled in (redis_restarts, postgres_restarts, outage):
                 scheduled.start()
+            if tool_server is not None:
+                deciding.start()
             sent = send(browsers, ids, options["messages"], options["send_rate"], rng)
             finished = wait_until(
                 lambda: not still_waiting(ids),
@@ -174,9 +200,12 @@ class Command(BaseCommand):
         finally:
             for scheduled in (outage, postgres_restarts, redis_restarts):
                 scheduled.stop()
+            deciding.stop()
             chaos.stop()
             watchdog.stop()
             web.stop()
+            if tool_server is not None:
+                tool_server.stop()
         connection.close()  # it may predate the last database restart
         audit = chaos_audit(conversation_ids=ids, sent=sent)
         audit.update(
@@ -187,6 +216,7 @@ class Command(BaseCommand):
             model_outages=outage.count,
             http_statuses=dict(sorted(browsers.statuses.items())),
             http_5xx=browsers.server_errors(),
+            **({"tools": tools_audit(ids, tool_server.ledger)} if tool_server else {}),
             seconds=round(time.monotonic() - started, 1),
             finished_before_timeout=finished,
             logs=str(log_dir),
@@ -197,10 +227,13 @@ class Command(BaseCommand):
             model.stop()
         redis_server.stop()
         self.stdout.write(json.dumps(audit, indent=2))
-        if audit["lost"] or audit["duplicates"] or audit["out_of_order"]:
+        tools_broken = audit.get("tools", {}).get("keys_run_twice_without_run_again", 0)
+        if audit["lost"] or audit["duplicates"] or audit["out_of_order"] or tools_broken:
             sys.exit(1)
 
-    def child_env(self, redis_url: str, options, model: FakeOpenAI | None) -> dict[str, str]:
+    def child_env(
+        self, redis_url: str, options, model: FakeOpenAI | None, tool_server: McpServerChild | None
+    ) -> dict[str, str]:
         max_attempts = options["max_attempts"] or settings.CONTINUITY_MAX_ATTEMPTS
         pause_after = options["pause_after_crashes"] or settings.CONTINUITY_PAUSE_AFTER_CRASHES
         env = {
@@ -222,6 +255,8 @@ class Command(BaseCommand):
                 "CONTINUITY_OPENAI_API_KEY": model.api_key,
                 "CONTINUITY_OPENAI_MODEL": model.model,
             }
+        if tool_server is not None:
+            env["CONTINUITY_MCP_SERVERS"] = json.dumps([{"name": "chaos", "url": tool_server.url}])
         return env
 
 
@@ -291,7 +326,11 @@ def still_waiting(conversation_ids: list[int]) -> bool:
         lambda: (
             not Message.objects.filter(
                 conversation_id__in=conversation_ids,
-                conversation__state=Conversation.State.ACTIVE,
+                # One waiting for its owner's decision on a tool call is decided by `Deciding`.
+                conversation__state__in=[
+                    Conversation.State.ACTIVE,
+                    Conversation.State.DECIDING,
+                ],
                 state__in=Message.WAITING_STATES,
             ).exists()
         )
