@@ -106,11 +106,17 @@ def ledger_lines(ledger: Path) -> list[dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--port", type=int, help="Serve streamable HTTP on this port.")
     parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--stdio", action="store_true", help="Serve one session on stdio.")
     parser.add_argument("--ledger", type=Path, required=True)
     options = parser.parse_args()
-    server(options.ledger).run("streamable-http", host=options.host, port=options.port)
+    if options.stdio:
+        server(options.ledger).run("stdio")
+    elif options.port:
+        server(options.ledger).run("streamable-http", host=options.host, port=options.port)
+    else:
+        parser.error("give --port or --stdio")
 
 
 if __name__ == "__main__":

@@ -126,6 +126,18 @@ def tool_wire(spec: ToolSpec) -> dict:
     }
 
 
+def tools_offered(specs: list[ToolSpec]) -> dict:
+    """What a request says of the round's tools: none, or them and `tool_choice`, always said
+    (llama-cpp-python's function-calling format ignores tools without it)."""
+    if not specs:
+        return {}
+    choice: str | dict = settings.CONTINUITY_OPENAI_TOOL_CHOICE
+    if choice not in ("auto", "required", "none"):
+        named = any(spec.name == choice for spec in specs)
+        choice = {"type": "function", "function": {"name": choice}} if named else "auto"
+    return {"tools": [tool_wire(spec) for spec in specs], "tool_choice": choice}
+
+
 def tool_use(call_id: str, name: str, arguments: str) -> ToolUse:
     """A call as the model wrote it; arguments that are not a JSON object are its problem,
     which it reads as the call's result, never a crash."""
@@ -533,7 +545,7 @@ class OpenAIBrain:
         messages = prompt_messages(context, work)
         estimated = context_tokens(context) + rounds_tokens(messages)
         self.prompt_check(messages, estimated=estimated)
-        tools = {"tools": [tool_wire(spec) for spec in work.tools]} if work.tools else {}
+        tools = tools_offered(work.tools)
         if tools and self.key() in self.streamless_tools:
             return (yield from self.respond_unstreamed(messages, tools, estimated=estimated))
         calls: dict[int, dict[str, str]] = {}

@@ -11,10 +11,10 @@ from .base import ReadOnlyAdmin, json_pre, link_column, pre
 
 @admin.register(McpServer)
 class McpServerAdmin(admin.ModelAdmin):
-    list_display = ["name", "url", "enabled", "updated_at"]
+    list_display = ["name", "location", "enabled", "updated_at"]
     list_filter = ["enabled"]
-    search_fields = ["name", "url"]
-    fields = ["name", "url", "enabled", "allowed_tools", "hints"]
+    search_fields = ["name", "url", "command"]
+    fields = ["name", "url", "command", "enabled", "allowed_tools", "hints"]
 
 
 @admin.register(ToolCall)

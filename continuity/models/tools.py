@@ -126,7 +126,15 @@ class McpServer(models.Model):
     from here and from CONTINUITY_MCP_SERVERS: never from a chat message."""
 
     name = models.SlugField(max_length=64, unique=True, help_text="How pages and calls name it.")
-    url = models.URLField(max_length=500, help_text="Its streamable HTTP endpoint (…/mcp).")
+    url = models.URLField(
+        max_length=500, blank=True, help_text="Its streamable HTTP endpoint (…/mcp)."
+    )
+    command = models.CharField(
+        max_length=500,
+        blank=True,
+        help_text="Or a local command that speaks MCP over its standard input and output "
+        "(stdio), as a shell would split it: run for each call.",
+    )
     enabled = models.BooleanField(default=True)
     allowed_tools = models.JSONField(
         default=list,
@@ -145,6 +153,19 @@ class McpServer(models.Model):
     class Meta:
         ordering = ["name"]
         verbose_name = "MCP server"
+        constraints = [
+            models.CheckConstraint(
+                condition=(models.Q(url="") & ~models.Q(command=""))
+                | (~models.Q(url="") & models.Q(command="")),
+                name="mcp_server_url_or_command",
+                violation_error_message="Give its URL or its command, not both.",
+            )
+        ]
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def location(self) -> str:
+        """Where the agent reaches it: its URL, or its command."""
+        return self.url or self.command

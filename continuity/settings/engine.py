@@ -47,6 +47,10 @@ CONTINUITY_OPENAI_CONTEXT_TOKENS = env("CONTINUITY_OPENAI_CONTEXT_TOKENS", 0)
 # in Redis); 0: no limit. For a small local server (llama.cpp, Ollama with OLLAMA_NUM_PARALLEL),
 # its number of parallel slots: conversations then queue instead of interrupting each other.
 CONTINUITY_OPENAI_CONCURRENCY = env("CONTINUITY_OPENAI_CONCURRENCY", 0)
+# How the model may use the tools a round offers (sent as `tool_choice`): "auto" (it chooses),
+# "required" (it must call one), or a tool's name (it must call that one, in every round that
+# offers it; llama.cpp's servers then constrain the call to the tool's schema).
+CONTINUITY_OPENAI_TOOL_CHOICE = env("CONTINUITY_OPENAI_TOOL_CHOICE", "auto")
 # Summaries (compaction) and titles are bounded in length and time, and not retried by the
 # client: neither may hold a worker process for a minute. A summary that fails gives the
 # attempt back (the server's fault); a title that fails falls back to the built-in one.

@@ -71,7 +71,7 @@ def call_run(tool: Tool, arguments: dict, *, key: str, asker: Asker) -> ToolResu
             logger.exception("Built-in tool %s failed", tool.spec.name)
             return ToolResult(f"The tool failed: {type(exc).__name__}: {exc}", is_error=True)
     return server_call(
-        tool.url, tool.spec.name, arguments, key=key, timeout=settings.CONTINUITY_TOOL_TIMEOUT
+        tool.location, tool.spec.name, arguments, key=key, timeout=settings.CONTINUITY_TOOL_TIMEOUT
     )
 
 

@@ -33,7 +33,7 @@ LIST_TIMEOUT = 5.0
 @dataclass(frozen=True)
 class Server:
     name: str
-    url: str
+    location: str  # a streamable HTTP URL, or a command line (stdio)
     allowed: tuple[str, ...] = ()  # empty: every tool it offers
     hints: dict = field(default_factory=dict)
 
@@ -42,7 +42,7 @@ class Server:
 class Tool:
     spec: ToolSpec
     source: str  # BUILTIN, or the MCP server's name
-    url: str = ""  # the MCP server's
+    location: str = ""  # the MCP server's: its URL or its command
 
 
 @dataclass(frozen=True)
@@ -66,13 +66,14 @@ def servers_registered() -> list[Server]:
     if _registered and time.monotonic() - _registered[0][0] < REGISTRY_READ_SECONDS:
         return _registered[0][1]
     servers = [
-        Server(server.name, server.url, tuple(server.allowed_tools or ()), server.hints or {})
+        Server(server.name, server.location, tuple(server.allowed_tools or ()), server.hints or {})
         for server in McpServer.objects.filter(enabled=True)
     ]
     named = {server.name for server in servers}
     for entry in settings.CONTINUITY_MCP_SERVERS:
-        if entry.get("name") and entry.get("url") and entry["name"] not in named:
-            servers.append(Server(entry["name"], entry["url"], tuple(entry.get("tools") or ()), {}))
+        location = entry.get("url") or entry.get("command")
+        if entry.get("name") and location and entry["name"] not in named:
+            servers.append(Server(entry["name"], location, tuple(entry.get("tools") or ()), {}))
     _registered[:] = [(time.monotonic(), servers)]
     return servers
 
@@ -84,18 +85,18 @@ _listed: dict[str, tuple[float, list[ToolSpec]]] = {}
 def server_specs(server: Server) -> list[ToolSpec]:
     """The server's tools, from this process's list while it is fresh. ToolServerDown when it
     cannot say."""
-    read_at, specs = _listed.get(server.url, (0.0, []))
+    read_at, specs = _listed.get(server.location, (0.0, []))
     if not specs or time.monotonic() - read_at >= settings.CONTINUITY_MCP_TOOLS_TTL:
-        specs = server_tools(server.url, timeout=LIST_TIMEOUT)
-        _listed[server.url] = (time.monotonic(), specs)
+        specs = server_tools(server.location, timeout=LIST_TIMEOUT)
+        _listed[server.location] = (time.monotonic(), specs)
     return specs
 
 
-def tools_forget(url: str = "") -> None:
-    """Read the server's tools (every server's and the registry, without a URL) again at their
-    next use: its list changed."""
-    if url:
-        _listed.pop(url, None)
+def tools_forget(location: str = "") -> None:
+    """Read the server's tools (every server's and the registry, without a location) again at
+    their next use: its list changed."""
+    if location:
+        _listed.pop(location, None)
     else:
         _listed.clear()
         _registered.clear()
@@ -130,7 +131,7 @@ def toolbox() -> Toolbox:
             if (server.allowed and spec.name not in server.allowed) or spec.name in tools:
                 continue
             tools[spec.name] = Tool(
-                hinted(spec, server.hints.get(spec.name, {})), server.name, server.url
+                hinted(spec, server.hints.get(spec.name, {})), server.name, server.location
             )
     note = ""
     if down:

@@ -1,5 +1,6 @@
-"""Tools on MCP servers, through the official `mcp` SDK's client over streamable HTTP: what a
-server offers (`server_tools`), and one call (`server_call`).
+"""Tools on MCP servers, through the official `mcp` SDK's client: over streamable HTTP (a
+server's location is its URL) or stdio (its location is a command line, run for the session).
+What a server offers (`server_tools`), and one call (`server_call`).
 
 A call carries its idempotency key in the request's `_meta` (`IDEMPOTENCY_KEY`), the same on
 every run of the same call, so a server can tell a second run from a new call. What a failure
@@ -13,12 +14,14 @@ means for the call's effect is said by which exception it raises:
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
 import anyio
 import httpx2
+from mcp import StdioServerParameters
 from mcp.client import Client
 from mcp_types import TextContent, Tool
 
@@ -56,20 +59,22 @@ class ToolResult:
     is_error: bool
 
 
-def server_tools(url: str, *, timeout: float) -> list[ToolSpec]:
-    """The tools the server at `url` offers. ToolServerDown when it cannot say."""
+def server_tools(location: str, *, timeout: float) -> list[ToolSpec]:
+    """The tools the server at `location` offers. ToolServerDown when it cannot say."""
 
     async def listed(client: Client) -> list[ToolSpec]:
         return [spec_of(tool) for tool in (await client.list_tools()).tools]
 
     try:
-        return anyio.run(in_session, url, timeout, listed)
+        return anyio.run(in_session, location, timeout, listed)
     except ToolCallLost as lost:  # listing acts on nothing: a lost answer is a down server
         raise ToolServerDown(str(lost)) from lost
 
 
-def server_call(url: str, name: str, arguments: dict, *, key: str, timeout: float) -> ToolResult:
-    """Call the tool `name` on the server at `url` with `arguments` and the call's
+def server_call(
+    location: str, name: str, arguments: dict, *, key: str, timeout: float
+) -> ToolResult:
+    """Call the tool `name` on the server at `location` with `arguments` and the call's
     idempotency `key`, waiting at most `timeout` seconds for its answer."""
 
     async def called(client: Client) -> ToolResult:
@@ -79,14 +84,22 @@ def server_call(url: str, name: str, arguments: dict, *, key: str, timeout: floa
         text = "\n".join(part.text for part in result.content if isinstance(part, TextContent))
         return ToolResult(text=text, is_error=bool(result.is_error))
 
-    return anyio.run(in_session, url, timeout, called)
+    return anyio.run(in_session, location, timeout, called)
 
 
 # Opening a session (connecting, the MCP handshake) gets this long at most.
 CONNECT_SECONDS = 5.0
 
 
-async def in_session(url: str, timeout: float, act: Callable[[Client], Awaitable[T]]) -> T:
+def client_target(location: str) -> str | StdioServerParameters:
+    """What the SDK's client connects to: a URL as it is, a command line as a subprocess."""
+    if location.startswith(("http://", "https://")):
+        return location
+    command, *arguments = shlex.split(location)
+    return StdioServerParameters(command=command, args=arguments)
+
+
+async def in_session(location: str, timeout: float, act: Callable[[Client], Awaitable[T]]) -> T:
     """`act` on a session with the server, within CONNECT_SECONDS and `timeout`:
     ToolServerDown if the session could not be opened or the request could not be sent,
     ToolCallLost if it was sent and no answer came."""
@@ -95,7 +108,7 @@ async def in_session(url: str, timeout: float, act: Callable[[Client], Awaitable
         # One deadline for both: the SDK's client keeps task groups open for the session, and
         # a cancel scope around its opening alone would be left before theirs.
         with anyio.fail_after(CONNECT_SECONDS + timeout):
-            async with Client(url, read_timeout_seconds=timeout) as client:
+            async with Client(client_target(location), read_timeout_seconds=timeout) as client:
                 sent = True
                 return await act(client)
     except Exception as error:  # the SDK's task groups wrap what its transport raised
@@ -103,8 +116,8 @@ async def in_session(url: str, timeout: float, act: Callable[[Client], Awaitable
         never_sent = not sent or all(isinstance(cause, httpx2.ConnectError) for cause in causes)
         said = "; ".join(f"{type(cause).__name__}: {cause}" for cause in causes)
         if never_sent:
-            raise ToolServerDown(f"MCP server {url} could not be reached ({said}).") from error
-        raise ToolCallLost(f"MCP server {url} gave no answer ({said}).") from error
+            raise ToolServerDown(f"MCP server {location} could not be reached ({said}).") from error
+        raise ToolCallLost(f"MCP server {location} gave no answer ({said}).") from error
 
 
 def leaves(error: BaseException) -> list[BaseException]:

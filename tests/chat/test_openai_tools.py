@@ -77,6 +77,20 @@ def test_parallel_streamed_calls_are_the_rounds_answer(settings, fake, finish_re
         "search_conversations",
     ]
     assert request["tools"][0]["function"]["parameters"] == CALCULATE.input_schema
+    assert request["tool_choice"] == "auto"
+
+
+def test_a_configured_tool_choice_forces_that_tool_where_it_is_offered(settings, fake):
+    brain = brain_of(settings, fake)
+    settings.CONTINUITY_OPENAI_TOOL_CHOICE = "calculate"
+    fake.call_tools_next(("calculate", {"expression": "1 + 1"}))
+
+    round_of(brain, context_of("1 + 1?"), WORK)
+    round_of(brain, context_of("and now?"), Work(tools=[SEARCH]))
+
+    forced, elsewhere = fake.requests
+    assert forced["tool_choice"] == {"type": "function", "function": {"name": "calculate"}}
+    assert elsewhere["tool_choice"] == "auto"  # not offered in that round: the model chooses
 
 
 def test_arguments_that_are_not_json_are_the_calls_problem_not_a_crash(settings, fake):

@@ -86,3 +86,29 @@ def test_a_call_past_its_time_is_unanswered_not_down(tool_server):
     with pytest.raises(ToolCallLost, match="gave no answer"):
         server_call(tool_server.url, "wait", {"seconds": 5}, key="k", timeout=0.5)
     assert [line["key"] for line in ledger_lines(tool_server.ledger)] == ["k"]
+
+
+def test_a_server_run_as_a_local_command_speaks_over_stdio(tmp_path):
+    """A location that is not a URL is a command line: the SDK runs it for the session and
+    speaks MCP over its standard input and output; the key reaches the tool all the same."""
+    import shlex
+    import sys
+
+    ledger = tmp_path / "ledger.jsonl"
+    command = shlex.join(
+        [sys.executable, "-m", "devtools.mcp_server", "--stdio", "--ledger", str(ledger)]
+    )
+
+    names = {spec.name for spec in server_tools(command, timeout=30)}
+    result = server_call(command, "ledger_append", {"entry": "tea"}, key="k-1", timeout=30)
+
+    assert {"lookup", "set_value", "ledger_append"} <= names
+    assert result == ToolResult("Appended 'tea' (key k-1).", is_error=False)
+    assert [(line["tool"], line["key"]) for line in ledger_lines(ledger)] == [
+        ("ledger_append", "k-1")
+    ]
+
+
+def test_a_command_that_cannot_run_is_a_server_down_and_nothing_was_sent(tmp_path):
+    with pytest.raises(ToolServerDown, match="could not be reached"):
+        server_call(str(tmp_path / "no-such-command"), "lookup", {}, key="k", timeout=5)
