@@ -233,3 +233,53 @@ def test_a_tool_that_kills_its_worker_every_time_is_named_in_the_dead_letter(
     reason = DeadLetter.objects.get(message=message).reason
     assert "It was running the tool lookup." in reason
     assert not ToolCall.objects.filter(message=message, state="in_doubt").exists()
+
+
+def test_a_call_that_finds_its_server_down_is_given_back_and_runs_once_it_is_back(
+    processes, tool_server, settings
+):
+    """The server answered for its tool list, then went away: the call was never sent, so the
+    attempt is given back as an interruption (not charged), the call stays pending, and once
+    the server is back on its port the call runs, once. A server down when the round begins
+    is left out of it, and the model is told."""
+    from continuity.delivery.processing import drain_conversation
+    from continuity.tools import toolbox
+    from tests.helpers.factories import ConversationFactory
+
+    settings.CONTINUITY_MCP_SERVERS = [{"name": "ledger", "url": tool_server.url}]
+    assert "ledger_append" in toolbox().tools  # listed while it was up, and kept
+    tool_server.kill_all()
+    conversation = ConversationFactory(brain="faulty")
+    message = send(conversation, tool_trigger("ledger_append", entry="rent"))
+
+    drain_conversation(conversation_id=conversation.pk)
+
+    call = ToolCall.objects.get(message=message)
+    assert (call.state, call.runs) == ("pending", 0)
+    run = Run.objects.get(message=message)
+    assert run.state == "interrupted" and run.error.startswith("Tool server unavailable")
+    message.refresh_from_db()
+    assert (message.state, message.attempts, message.interruptions) == ("queued", 0, 1)
+
+    back = processes.add(McpServerProcess(ledger=tool_server.ledger, port=tool_server.port))
+    Conversation.objects.filter(pk=conversation.pk).update(retry_at=None)
+    drain_conversation(conversation_id=conversation.pk)
+
+    call.refresh_from_db()
+    assert (call.state, call.runs) == ("done", 1)
+    assert runs_per_key(back, "ledger_append") == {str(call.key): 1}
+    assert "Appended 'rent'" in Message.objects.get(reply_to=message).text
+
+
+def test_a_server_down_when_the_round_begins_is_left_out_and_the_model_told(settings):
+    from continuity.tools import toolbox
+    from devtools.redis_server import free_port
+
+    settings.CONTINUITY_MCP_SERVERS = [
+        {"name": "gone", "url": f"http://127.0.0.1:{free_port()}/mcp"}
+    ]
+
+    box = toolbox()
+
+    assert "ledger_append" not in box.tools and "calculate" in box.tools
+    assert "The tool server(s) gone cannot be reached now" in box.note
