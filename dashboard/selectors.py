@@ -242,6 +242,7 @@ WAITING_FOR_WORDS = {
     Conversation.WaitingFor.MODEL: "The model server is unavailable",
     Conversation.WaitingFor.MODEL_BUSY: "The model server is busy with other conversations",
     Conversation.WaitingFor.DATABASE: "The database was unavailable",
+    Conversation.WaitingFor.TOOL_SERVER: "A tool server could not be reached",
     Conversation.WaitingFor.ATTEMPT: "Backing off after a failed or crashed attempt",
 }
 

@@ -260,6 +260,8 @@ def test_a_call_that_finds_its_server_down_is_given_back_and_runs_once_it_is_bac
     assert run.state == "interrupted" and run.error.startswith("Tool server unavailable")
     message.refresh_from_db()
     assert (message.state, message.attempts, message.interruptions) == ("queued", 0, 1)
+    conversation.refresh_from_db()  # it waits a backoff, and the page says what for
+    assert conversation.waiting_for == "tool_server" and conversation.retry_at is not None
 
     back = processes.add(McpServerProcess(ledger=tool_server.ledger, port=tool_server.port))
     Conversation.objects.filter(pk=conversation.pk).update(retry_at=None)
@@ -283,3 +285,49 @@ def test_a_server_down_when_the_round_begins_is_left_out_and_the_model_told(sett
 
     assert "ledger_append" not in box.tools and "calculate" in box.tools
     assert "The tool server(s) gone cannot be reached now" in box.note
+
+
+def test_a_call_whose_answer_never_came_is_in_doubt_at_once_and_shown(
+    processes, tool_server, settings, client
+):
+    """Sent, and no answer within CONTINUITY_TOOL_TIMEOUT: the attempt cannot know whether it
+    acted. On its first attempt too, the page shows the call and asks its owner."""
+    from continuity.delivery.processing import drain_conversation
+    from tests.helpers.factories import ConversationFactory
+
+    settings.CONTINUITY_MCP_SERVERS = [{"name": "ledger", "url": tool_server.url}]
+    settings.CONTINUITY_TOOL_TIMEOUT = 1
+    conversation = ConversationFactory(brain="faulty")
+    message = send(conversation, tool_trigger("ledger_append", entry="rent", first_wait=30))
+
+    drain_conversation(conversation_id=conversation.pk)
+
+    call = ToolCall.objects.get(message=message)
+    assert (call.state, call.runs) == ("in_doubt", 1)
+    assert runs_per_key(tool_server, "ledger_append") == {str(call.key): 1}
+    message.refresh_from_db()
+    assert (message.state, message.attempts, message.interruptions) == ("queued", 0, 1)
+    assert Conversation.objects.get(pk=conversation.pk).state == "deciding"
+    client.force_login(conversation.owner)
+    page = client.get(f"/c/{conversation.pk}/").content.decode()
+    assert f'data-in-doubt="{call.pk}"' in page
+
+
+def test_staff_may_pause_or_take_over_a_conversation_waiting_for_a_decision():
+    from continuity.actions import (
+        conversation_hand_back,
+        conversation_pause,
+        conversation_take_over,
+    )
+    from tests.helpers.factories import ConversationFactory
+
+    staff = UserFactory(is_staff=True)
+    waiting = ConversationFactory(state="deciding")
+    conversation_take_over(conversation=waiting, by=staff, reason="I'll sort it out")
+    assert Conversation.objects.get(pk=waiting.pk).state == "taken_over"
+    conversation_hand_back(conversation=waiting, by=staff, note="")
+    assert Conversation.objects.get(pk=waiting.pk).state == "active"  # the next attempt asks
+
+    other = ConversationFactory(state="deciding")
+    conversation_pause(conversation=other, reason="Looking into the ledger", by=staff)
+    assert Conversation.objects.get(pk=other.pk).state == "paused"

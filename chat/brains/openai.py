@@ -103,7 +103,7 @@ def rounds_messages(rounds: list[ToolRound]) -> list[dict]:
             {
                 "role": "tool",
                 "tool_call_id": call.call_id,
-                "content": done.results.get(call.call_id) or NO_RESULT,
+                "content": done.results.get(call.call_id, NO_RESULT),
             }
             for call in done.calls
         ]
@@ -217,7 +217,12 @@ WARM_COMPLETION = {
 def call_gather(calls: dict[int, dict[str, str]], piece) -> None:
     """A streamed piece of a tool call, gathered by its `index`: its id and name come once,
     its arguments in pieces (parallel calls' pieces interleave)."""
-    call = calls.setdefault(piece.index, {"id": "", "name": "", "arguments": ""})
+    # A server that leaves the index out continues the last call; one that repeats an index
+    # for a call with a new id begins another.
+    index = piece.index if piece.index is not None else max(calls, default=0)
+    if piece.id and calls.get(index, {}).get("id") not in ("", None, piece.id):
+        index = max(calls) + 1
+    call = calls.setdefault(index, {"id": "", "name": "", "arguments": ""})
     call["id"] = call["id"] or (piece.id or "")
     if piece.function is not None:
         call["name"] = call["name"] or (piece.function.name or "")

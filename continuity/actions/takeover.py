@@ -41,8 +41,10 @@ def conversation_take_over(*, conversation: Conversation, by, reason: str) -> No
     that stores the reply before it, so a takeover usually lands on one only just begun."""
     conversation_lock(conversation.pk)
     # Not a paused one: resuming it (which settles its crashes and alerts) comes first.
+    # One waiting for its owner's decision on a tool call too: after the hand-back, the next
+    # attempt finds the call still in doubt and asks again.
     updated = Conversation.objects.filter(
-        pk=conversation.pk, state=Conversation.State.ACTIVE
+        pk=conversation.pk, state__in=[Conversation.State.ACTIVE, Conversation.State.DECIDING]
     ).update(state=Conversation.State.TAKEN_OVER, taken_over_by=by, retry_at=None)
     if not updated:
         raise InvalidTransition(

@@ -43,7 +43,7 @@ def tool_call_decide(*, call: ToolCall, choice: str, by) -> bool:
         if not waiting.exists():
             Conversation.objects.filter(
                 pk=conversation_id, state=Conversation.State.DECIDING
-            ).update(state=Conversation.State.ACTIVE, retry_at=None)
+            ).update(state=Conversation.State.ACTIVE, retry_at=None, waiting_for="")
             transaction.on_commit(lambda: conversation_enqueue(conversation_id=conversation_id))
         transaction.on_commit(lambda: decided_publish(conversation_id, call.message_id))
     return True

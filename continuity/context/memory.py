@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import partial
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
@@ -69,7 +70,7 @@ def memory_fact_revise(
         )
 
 
-def memory_fact_forget(*, fact: MemoryFact) -> int:
+def memory_fact_forget(*, fact: MemoryFact, after_commit: bool = False) -> int:
     """Forget a fact with every earlier version of it: the user asked for it to be gone, so
     old runs' contexts show it as forgotten rather than keep a copy. What came from it goes too,
     and stays gone: the messages that stated it are left out of every later context and
@@ -86,7 +87,16 @@ def memory_fact_forget(*, fact: MemoryFact) -> int:
         statements = statements_of(owner_id=fact.owner_id, key=fact.key, values=values)
         deleted, _ = versions.delete()
         Message.objects.filter(pk__in=statements).update(forgotten_at=Now())
-    traces_forget(owner_id=fact.owner_id, key=fact.key, values=values, statements=statements)
+    forget_traces = partial(
+        traces_forget, owner_id=fact.owner_id, key=fact.key, values=values, statements=statements
+    )
+    if after_commit:
+        # Rewriting the notes locks the person's conversations, which a reply elsewhere locks
+        # before the person: inside a longer transaction (a tool's round) that holds the
+        # person's lock to its end, it waits for the commit.
+        transaction.on_commit(forget_traces)
+    else:
+        forget_traces()
     return deleted
 
 

@@ -29,8 +29,9 @@ def conversation_pause(*, conversation: Conversation, reason: str, by=None) -> A
     staff_reason = reason
     if by is not None:
         reason = f"{Conversation.PAUSED_BY_STAFF} {by.get_username()}: {staff_reason}"
+    # One waiting for a decision on a tool call may be paused: resumed, it asks again.
     updated = Conversation.objects.filter(
-        pk=conversation.pk, state=Conversation.State.ACTIVE
+        pk=conversation.pk, state__in=[Conversation.State.ACTIVE, Conversation.State.DECIDING]
     ).update(state=Conversation.State.PAUSED, paused_reason=reason, retry_at=None)
     if not updated:
         raise InvalidTransition(f"Conversation {conversation.pk} is not active; cannot pause it.")

@@ -442,13 +442,29 @@ def round_write(
     return output, None
 
 
+# What a call's row holds of the model's names for it (ToolCall.tool and .call_id).
+NAME_LENGTH = 128
+
+
+def without_nul(value):
+    """The arguments as PostgreSQL can store them: JSON without NUL characters."""
+    if isinstance(value, str):
+        return value.replace("\x00", "")
+    if isinstance(value, dict):
+        return {without_nul(key): without_nul(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [without_nul(item) for item in value]
+    return value
+
+
 def calls_named(uses: list[ToolUse], *, number: int) -> list[ToolUse]:
     """The round's calls, each with an id of its own: a model that gave none, or one twice,
     gets ids made up here (every call needs its own result)."""
     seen: set[str] = set()
     named = []
     for position, use in enumerate(uses):
-        if not use.call_id or use.call_id in seen:
+        use = replace(use, name=use.name[:NAME_LENGTH], arguments=without_nul(use.arguments))
+        if not use.call_id or use.call_id in seen or len(use.call_id) > NAME_LENGTH:
             use = replace(use, call_id=f"call_{number}_{position}")
         seen.add(use.call_id)
         named.append(use)

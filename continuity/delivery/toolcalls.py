@@ -34,6 +34,7 @@ from ..ops.faults import fault_point
 from ..store import messages, runs
 from ..tools import BUILTIN, BUILTIN_TOOLS, Asker, Toolbox, arguments_problem, call_run, result_cut
 from .attempts.locking import conversation_lock, run_lock_owned
+from .drains import conversation_enqueue
 
 logger = logging.getLogger(__name__)
 
@@ -163,11 +164,16 @@ def call_execute(*, run: Run, call: ToolCall, box: Toolbox, asker: Asker, stoppe
     if stopped.is_set():
         raise AttemptStopped(f"Attempt {run.pk} stopped before tool call {call.pk}.")
     tool = box.tools.get(call.tool)
-    if tool is None or tool.source != call.source:
+    if call.source in box.down:
         raise ToolServerDown(
             f"The MCP server {call.source} is not available: call {call.pk} ({call.tool}) "
             "waits for it."
         )
+    if tool is None or tool.source != call.source:
+        # Its server answers, and no longer offers it (staff disabled it, or its list changed).
+        said = f"The tool {call.tool!r} is no longer available: the call was not made."
+        call_end(run=run, call=call, ended=Ended(ToolCall.State.ERROR, said))
+        return
     call_start(run=run, call=call)
     fault_point("tool_call_started")
     try:
@@ -188,7 +194,7 @@ def call_execute(*, run: Run, call: ToolCall, box: Toolbox, asker: Asker, stoppe
 
 
 def ended_as(result) -> Ended:
-    text, cut = result_cut(result.text)
+    text, cut = result_cut(result.text.replace("\x00", ""))  # PostgreSQL stores no NUL
     return Ended(ToolCall.State.ERROR if result.is_error else ToolCall.State.DONE, text, cut)
 
 
@@ -201,16 +207,24 @@ def call_start(*, run: Run, call: ToolCall) -> None:
             state=ToolCall.State.RUNNING, runs=F("runs") + 1, started_at=Now(), ended_at=None
         )
         message_changed(run)
-    call.state = ToolCall.State.RUNNING
+    call.state, call.runs = ToolCall.State.RUNNING, call.runs + 1
 
 
 def call_end(*, run: Run, call: ToolCall, ended: Ended) -> None:
-    """Store how the call ended."""
-    with transaction.atomic():
-        run_lock_owned(run)
-        changes = {"state": ended.state, "result": ended.result, "result_cut": ended.cut}
-        ToolCall.objects.filter(pk=call.pk).update(ended_at=Now(), **changes)
-        message_changed(run)
+    """Store how the call ended. An attempt stopped or reaped while its call ran still
+    records what the call returned (it happened; the next attempt must not doubt it), as long
+    as no later run of the call began meanwhile."""
+    changes = {"state": ended.state, "result": ended.result, "result_cut": ended.cut}
+    try:
+        with transaction.atomic():
+            run_lock_owned(run)
+            ToolCall.objects.filter(pk=call.pk).update(ended_at=Now(), **changes)
+            message_changed(run)
+    except AttemptStopped:
+        ToolCall.objects.filter(pk=call.pk, state=ToolCall.State.RUNNING, runs=call.runs).update(
+            ended_at=Now(), **changes
+        )
+        raise
     call.state, call.result, call.result_cut = ended.state, ended.result, ended.cut
 
 
@@ -237,14 +251,26 @@ def calls_hold(*, run: Run, calls: list[ToolCall]) -> None:
             pk__in=[call.pk for call in calls],
             state__in=[ToolCall.State.RUNNING, ToolCall.State.IN_DOUBT],
         ).update(state=ToolCall.State.IN_DOUBT, ended_at=Now())
+        # Given back as an interruption: its attempt uncounted, and the page shows the
+        # exchange's calls and what was written, as for any interrupted attempt.
+        message = Message.objects.filter(pk=run.message_id).values("interruptions").get()
         store.execute(
             messages.message_bump(
-                message_id=run.message_id, state=Message.State.QUEUED, attempts=run.attempt - 1
+                message_id=run.message_id,
+                state=Message.State.QUEUED,
+                attempts=run.attempt - 1,
+                interruptions=message["interruptions"] + 1,
             )
         )
-        Conversation.objects.filter(pk=run.conversation_id, state=Conversation.State.ACTIVE).update(
-            state=Conversation.State.DECIDING
-        )
+        in_doubt = ToolCall.objects.filter(message_id=run.message_id, state=ToolCall.State.IN_DOUBT)
+        if in_doubt.exists():
+            Conversation.objects.filter(
+                pk=run.conversation_id, state=Conversation.State.ACTIVE
+            ).update(state=Conversation.State.DECIDING)
+        else:  # its owner decided while this attempt looked: the next one goes on
+            transaction.on_commit(
+                partial(conversation_enqueue, conversation_id=run.conversation_id)
+            )
         transaction.on_commit(lambda: conversation_changed(run))
     logger.info(
         "Attempt %s given back: tool call(s) %s in doubt", run.pk, [call.pk for call in calls]

@@ -45,6 +45,7 @@ class Conversation(models.Model):
         DATABASE = "database", "The database, after an outage"
         MODEL = "model", "The model server, which could not answer"
         MODEL_BUSY = "model_busy", "The model server, busy answering other conversations"
+        TOOL_SERVER = "tool_server", "A tool server, which could not be reached"
 
     waiting_for = models.CharField(
         max_length=16,

@@ -84,15 +84,25 @@ def remember(asker: Asker, arguments: dict) -> str:
     return f"Remembered ({key}): {fact}"
 
 
+# Words from a fact that name it: shorter ones ("it") would match facts nobody meant.
+SHORTEST_MATCH = 3
+
+
 def forget(asker: Asker, arguments: dict) -> str:
+    """Forget the fact named by its key, or the one fact whose value holds the words given:
+    forgetting cannot be undone, so several that match are named, and none is forgotten."""
     about = str(arguments.get("fact", "") or arguments.get("key", "")).strip()
-    if not about:
-        raise ToolError("Say which fact to forget: its key or words from it.")
+    if len(about) < SHORTEST_MATCH:
+        raise ToolError("Say which fact to forget: its name, or words from it.")
     facts = MemoryFact.objects.current().filter(owner_id=asker.owner_id)
-    fact = facts.filter(key=about).first() or facts.filter(value__icontains=about).first()
+    matching = list(facts.filter(key=about)[:1]) or list(facts.filter(value__icontains=about)[:5])
+    if len(matching) > 1:
+        named = "; ".join(f"{fact.key}: {fact.value}" for fact in matching)
+        raise ToolError(f"Several facts match “{clip(about, 80)}” ({named}): say which one.")
+    fact = matching[0] if matching else None
     if fact is None:
         return f"Nothing remembered matches “{clip(about, 80)}”: nothing to forget."
-    memory_fact_forget(fact=fact)
+    memory_fact_forget(fact=fact, after_commit=True)
     return f"Forgot {fact.key}: {fact.value}"
 
 
@@ -109,7 +119,7 @@ OPERATORS: dict[type, Callable] = {
 }
 # Bounds that keep one expression from holding a worker: 10 ** 10 ** 10 is a valid expression.
 LARGEST_EXPONENT = 1000
-LONGEST_EXPRESSION = 500
+LONGEST_EXPRESSION = 200
 
 
 def calculate(asker: Asker, arguments: dict) -> str:
@@ -196,7 +206,17 @@ BUILTIN_TOOLS = {
             ToolSpec(
                 name="calculate",
                 description="Work out an arithmetic expression exactly.",
-                input_schema=text_argument("expression", "For example 17 * 23 or (2 + 3) ** 4."),
+                input_schema={
+                    "type": "object",
+                    "properties": {
+                        "expression": {
+                            "type": "string",
+                            "description": "For example 17 * 23 or (2 + 3) ** 4.",
+                            "maxLength": LONGEST_EXPRESSION,
+                        }
+                    },
+                    "required": ["expression"],
+                },
                 read_only=True,
                 destructive=False,
                 open_world=False,

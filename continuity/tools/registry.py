@@ -49,6 +49,7 @@ class Tool:
 class Toolbox:
     tools: dict[str, Tool]
     note: str = ""  # what the model is told: servers down
+    down: tuple[str, ...] = ()  # the servers that could not say what they offer
 
     @property
     def specs(self) -> list[ToolSpec]:
@@ -139,4 +140,4 @@ def toolbox() -> Toolbox:
             f"The tool server(s) {', '.join(down)} cannot be reached now: their tools are not "
             "available in this reply. Say so if the person asked for something they do."
         )
-    return Toolbox(tools, note)
+    return Toolbox(tools, note, tuple(down))

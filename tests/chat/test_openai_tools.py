@@ -160,3 +160,22 @@ def test_a_server_that_refuses_to_stream_with_tools_is_asked_unstreamed_from_the
         ]
     finally:
         server.stop()
+
+
+def test_pieces_without_an_index_continue_the_last_call_and_a_new_id_begins_one():
+    from types import SimpleNamespace as Piece
+
+    from chat.brains.openai import call_gather
+
+    calls: dict = {}
+    for piece in [
+        Piece(index=None, id="a", function=Piece(name="calculate", arguments='{"expr')),
+        Piece(index=None, id=None, function=Piece(name=None, arguments='ession": "1"}')),
+        Piece(index=0, id="b", function=Piece(name="calculate", arguments='{"expression": "2"}')),
+    ]:
+        call_gather(calls, piece)
+
+    assert [(c["id"], json.loads(c["arguments"])) for _, c in sorted(calls.items())] == [
+        ("a", {"expression": "1"}),
+        ("b", {"expression": "2"}),
+    ]

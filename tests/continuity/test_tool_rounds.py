@@ -160,3 +160,22 @@ def test_past_the_rounds_limit_the_model_is_asked_to_answer_without_tools(
     assert [(rounds, offered) for rounds, offered, _ in seen] == [(0, True), (1, True), (2, False)]
     assert "No more tool calls" in seen[-1][2]
     assert ToolCall.objects.count() == 2
+
+
+def test_forget_forgets_one_fact_it_is_sure_of_and_never_guesses(conversation):
+    from continuity.context.memory import memory_remember
+
+    owner = conversation.owner.pk
+    memory_remember(owner_id=owner, key="likes", value="British tea")
+    memory_remember(owner_id=owner, key="city", value="Lyon, a British town? no")
+
+    vague = answer(conversation, "Forget it")
+    several = answer(conversation, "Forget British")
+    sure = answer(conversation, "Forget likes")
+
+    assert "Say which fact to forget" in ToolCall.objects.get(message=vague.reply_to).result
+    assert "Several facts match" in ToolCall.objects.get(message=several.reply_to).result
+    assert sure.text == "Forgot likes: British tea."
+    assert list(
+        MemoryFact.objects.current().filter(owner_id=owner).values_list("key", flat=True)
+    ) == ["city"]

@@ -53,8 +53,8 @@ class LlamaServer(ChildProcess):
 
 class RecordingProxy:
     """Passes every request to `upstream` and its answer back as it comes, byte for byte, and
-    records each chat completion: `{"stream", "text", "finish_reason", "status"}`, and
-    `"broken"` when the server dropped it before its end."""
+    records each chat completion: `{"stream", "text", "finish_reason", "status", "asked"}`
+    (`asked`: the request's body), and `"broken"` when the server dropped it before its end."""
 
     def __init__(self, upstream: str) -> None:
         self.upstream = upstream
@@ -137,7 +137,8 @@ def proxy_handler(proxy: RecordingProxy) -> type[BaseHTTPRequestHandler]:
                     pass  # the client left (Stop): closing upstream tells the server to stop
                 self.close_connection = True
             if chat:
-                proxy.record({**answer, **read_answer(received, stream=answer["stream"])})
+                told = read_answer(received, stream=answer["stream"])
+                proxy.record({**answer, **told, "asked": asked})
 
         def chunk(self, data: bytes) -> None:
             self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")

@@ -18,7 +18,7 @@ from django.urls import reverse
 
 from chat.brains.openai import OpenAIBrain
 from continuity.delivery.processing import drain_conversation
-from continuity.models import Conversation, DeadLetter, Message, Summary
+from continuity.models import Conversation, DeadLetter, Message, Summary, ToolCall
 from tests.helpers.factories import ConversationFactory, UserFactory
 from tests.helpers.messages import send
 from tests.llm.servers import MODEL, LlamaServer, RecordingProxy
@@ -200,3 +200,34 @@ def test_a_concurrency_limit_of_one_means_no_stream_is_interrupted(llama, settin
         assert_as_the_server_sent_it(Message.objects.get(reply_to=question), llama)
     assert len(llama.streamed()) == 4  # one stream per reply, none cut short
     assert all(answer["finish_reason"] in ("stop", "length") for answer in llama.answers)
+
+
+def test_a_real_tool_call_goes_to_the_server_and_its_result_comes_back(llama, settings):
+    """Told to call `calculate` (tool_choice names it, and llama.cpp's server then constrains
+    the call to the tool's input schema with a grammar: even this random model writes a valid
+    one), the model's call streams back as tool_calls deltas, is recorded and run, and its
+    result goes to the server in the next round, the last (offered no tools), which answers
+    with text."""
+    settings.CONTINUITY_OPENAI_CONTEXT_TOKENS = 512
+    settings.CONTINUITY_OPENAI_TOOL_CHOICE = "calculate"
+    settings.CONTINUITY_TOOL_ROUNDS = 1
+    chat = ConversationFactory(owner=UserFactory(), brain="openai")
+    question = send(chat, SHORT)
+
+    reply = answered(question)
+
+    call = ToolCall.objects.get(message=question)
+    assert (call.tool, call.round, call.problem) == ("calculate", 1, "")
+    assert isinstance(call.arguments["expression"], str)
+    assert call.state in ("done", "error") and call.result  # the model's sum may not add up
+    asked_for_it, answered_with_it = [a for a in llama.streamed() if a["status"] == 200][-2:]
+    assert asked_for_it["asked"]["tool_choice"] == {
+        "type": "function",
+        "function": {"name": "calculate"},
+    }
+    assert asked_for_it["text"] == ""
+    sent_back = answered_with_it["asked"]["messages"]
+    assert sent_back[-2]["tool_calls"][0]["id"] == call.call_id
+    assert sent_back[-1] == {"role": "tool", "tool_call_id": call.call_id, "content": call.result}
+    assert "tools" not in answered_with_it["asked"]
+    assert reply.text == answered_with_it["text"] and reply.text.strip()

@@ -322,6 +322,14 @@ def message_give_back(
             retry_at=db_now_plus(timedelta(seconds=wait)), waiting_for=waited_for
         )
         return False
+    if error.startswith(TOOL_SERVER_DOWN):
+        # Asked again at once, it would find the server down again: it waits longer after each
+        # time, and the interruptions' cap sets it aside only after hours, not seconds.
+        Conversation.objects.filter(pk=conversation.pk).update(
+            retry_at=db_now_plus(backoff_delay(interruptions - 1)),
+            waiting_for=Conversation.WaitingFor.TOOL_SERVER,
+        )
+        return False
     if error.startswith(DATABASE_LOST) and interruptions > 1:
         # A database that keeps going away is given time to settle. The first time, it is back
         # already (this give-back is written to it): after a failover the worker that saw its
