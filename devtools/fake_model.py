@@ -70,11 +70,12 @@ class FakeOpenAI:
     ) -> None:
         """`numbered`: each streamed answer to the same text starts "Take N." (regenerated
         replies differ, as a sampling model's do). `streams_tool_calls` False: a streamed
-        request that it would answer with calls gets llama-cpp-python's refusal instead (500,
-        "Automatic streaming tool choice is not supported"), and only an unstreamed one gets
-        them. `first_round_calls`: every request that offers tools and has no tool result yet
-        (a reply's first round) is answered with these calls; the round after them, with
-        text (the chaos runs' tools)."""
+        request that it would answer with calls gets what llama-cpp-python's server sends when
+        its model chose a call (it raises "Automatic streaming tool choice is not supported"
+        after the headers): a 200 and nothing more; only an unstreamed one gets them.
+        `first_round_calls`: every request that offers tools and has no tool result yet (a
+        reply's first round) is answered with these calls; the round after them, with text
+        (the chaos runs' tools)."""
         self.streams_tool_calls = streams_tool_calls
         self.first_round_calls = first_round_calls
         self.numbered = numbered
@@ -277,7 +278,7 @@ class OpenAIHandler(BaseHTTPRequestHandler):
             with self.fake.lock:
                 refuses = bool(self.fake.tool_calls)
             if refuses:
-                return self.error(500, "Automatic streaming tool choice is not supported")
+                return self.nothing()
         if body.get("tools") and (calls := self.fake.take_tool_calls(body)) is not None:
             if body.get("stream"):
                 return self.stream_tool_calls(calls)

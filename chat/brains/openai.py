@@ -53,9 +53,6 @@ STATED_PROMPT = re.compile(
     r"(\d+) in the messages|messages resulted in (\d+) tokens|request has (\d+) input tokens",
     re.I,
 )
-# How a server says it cannot stream with tools (llama-cpp-python's: "Automatic streaming tool
-# choice is not supported").
-STREAM_REFUSED = re.compile(r"stream\w*.{0,40}tool|tool.{0,40}stream", re.I | re.S)
 # Where servers count tokens with the model's own tokenizer: llama.cpp's server, then
 # llama-cpp-python's.
 TOKENIZER_PATHS = ("/tokenize", "/extras/tokenize")
@@ -252,7 +249,7 @@ class OpenAIBrain:
     # What a refusal taught is shared with every process (`model_learn`), and what the others
     # learned is read at most every LEARNED_READ_SECONDS (monotonic clock).
     learned_read: dict[tuple[str, str], float] = {}
-    # The servers (by `key`) that refuse to stream with tools (llama-cpp-python's does when the
+    # The servers (by `key`) that send nothing streamed with tools (llama-cpp-python's, when the
     # model chose a call): their rounds with tools go unstreamed.
     streamless_tools: set[tuple[str, str]] = set()
 
@@ -541,8 +538,8 @@ class OpenAIBrain:
         (kept, marked so); none at all, a stream the server ended without finishing the reply
         (llama-cpp-python's does when another request interrupts it): the attempt is given
         back, as for any server failure. Tool calls in the stream are the answer, whatever
-        `finish_reason` says ("tool_calls", or "stop" from some servers). A server that refuses
-        to stream with tools gets its rounds with tools unstreamed (learned once)."""
+        `finish_reason` says ("tool_calls", or "stop" from some servers). A server that sends
+        nothing streamed with tools gets its rounds with tools unstreamed (learned once)."""
         work = work or Work()
         idle = settings.CONTINUITY_OPENAI_IDLE_TIMEOUT
         started = heard = False
@@ -559,23 +556,14 @@ class OpenAIBrain:
             answering=lambda: started,
             prompt_tokens=estimated,
         ):
-            try:
-                stream = self.client.chat.completions.create(
-                    model=self.model,
-                    messages=messages,
-                    temperature=settings.CONTINUITY_OPENAI_TEMPERATURE,
-                    max_tokens=self.reply_tokens(),
-                    stream=True,
-                    **tools,
-                )
-            except openai.APIStatusError as exc:
-                if not (tools and STREAM_REFUSED.search(detail(exc))):
-                    raise
-                logger.warning(
-                    "%s refuses to stream with tools: unstreamed from now on", self.base_url
-                )
-                self.streamless_tools.add(self.key())
-                return (yield from self.respond_unstreamed(messages, tools, estimated=estimated))
+            stream = self.client.chat.completions.create(
+                model=self.model,
+                messages=messages,
+                temperature=settings.CONTINUITY_OPENAI_TEMPERATURE,
+                max_tokens=self.reply_tokens(),
+                stream=True,
+                **tools,
+            )
             # Closing the stream (also when the attempt is stopped mid-reply and this generator
             # is closed) drops the connection, which tells the server to stop generating.
             with stream:
@@ -591,9 +579,19 @@ class OpenAIBrain:
                                 call_gather(calls, piece)
                             finished = choice.finish_reason or finished
                 except httpx.RemoteProtocolError:
-                    if not heard:  # dropped before its first event: the server may say why
+                    if heard:
+                        raise
+                    if not tools:  # dropped before its first event: the server may say why
                         self.silence_explained(messages, estimated=estimated)
-                    raise
+                        raise
+        if not heard and tools:
+            # llama-cpp-python's server answers a streamed request whose model chose to call a
+            # tool with a 200 and nothing more (it raises "Automatic streaming tool choice is
+            # not supported" after the headers). Asked unstreamed, it answers: learned, once.
+            answer = yield from self.respond_unstreamed(messages, tools, estimated=estimated)
+            logger.warning("%s sent nothing streamed with tools: unstreamed now", self.base_url)
+            self.streamless_tools.add(self.key())
+            return answer
         if not heard:
             self.silence_explained(messages, estimated=estimated)
         if finished is None:
