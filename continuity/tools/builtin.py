@@ -77,7 +77,7 @@ def remember(asker: Asker, arguments: dict) -> str:
     fact = str(arguments.get("fact", "")).strip()
     if not fact:
         raise ToolError("Say what to remember.")
-    key = str(arguments.get("key", "") or "note").strip()[:64]
+    key = str(arguments.get("key", "") or "note").strip()[:LONGEST_KEY]
     memory_remember(
         owner_id=asker.owner_id, key=key, value=fact, source_message=Message(pk=asker.message_id)
     )
@@ -152,12 +152,22 @@ def evaluated(node: ast.AST) -> int | float:
     raise ValueError("only numbers, + − × ÷ // % ** and brackets")
 
 
-def text_argument(name: str, description: str) -> dict:
+# Every text argument has a bound: a server that constrains a call to its schema (llama.cpp's)
+# then ends the call there, where an unbounded string ran on until the window was full.
+LONGEST_TEXT = 500
+LONGEST_KEY = 64
+
+
+def text_argument(name: str, description: str, longest: int = LONGEST_TEXT) -> dict:
     return {
         "type": "object",
-        "properties": {name: {"type": "string", "description": description}},
+        "properties": {name: text(description, longest)},
         "required": [name],
     }
+
+
+def text(description: str, longest: int = LONGEST_TEXT) -> dict:
+    return {"type": "string", "description": description, "maxLength": longest}
 
 
 BUILTIN_TOOLS = {
@@ -181,8 +191,8 @@ BUILTIN_TOOLS = {
                 input_schema={
                     "type": "object",
                     "properties": {
-                        "fact": {"type": "string", "description": "The fact, in a sentence."},
-                        "key": {"type": "string", "description": "Its name (default: note)."},
+                        "fact": text("The fact, in a sentence."),
+                        "key": text("Its name (default: note).", LONGEST_KEY),
                     },
                     "required": ["fact"],
                 },
@@ -206,17 +216,9 @@ BUILTIN_TOOLS = {
             ToolSpec(
                 name="calculate",
                 description="Work out an arithmetic expression exactly.",
-                input_schema={
-                    "type": "object",
-                    "properties": {
-                        "expression": {
-                            "type": "string",
-                            "description": "For example 17 * 23 or (2 + 3) ** 4.",
-                            "maxLength": LONGEST_EXPRESSION,
-                        }
-                    },
-                    "required": ["expression"],
-                },
+                input_schema=text_argument(
+                    "expression", "For example 17 * 23 or (2 + 3) ** 4.", LONGEST_EXPRESSION
+                ),
                 read_only=True,
                 destructive=False,
                 open_world=False,

@@ -231,3 +231,39 @@ def test_a_real_tool_call_goes_to_the_server_and_its_result_comes_back(llama, se
     assert sent_back[-1] == {"role": "tool", "tool_call_id": call.call_id, "content": call.result}
     assert "tools" not in answered_with_it["asked"]
     assert reply.text == answered_with_it["text"] and reply.text.strip()
+
+
+def test_a_server_that_sends_nothing_streamed_with_tools_is_asked_unstreamed(tmp_path, settings):
+    """llama-cpp-python's `chatml-function-calling` format, the model choosing for itself
+    (`tool_choice` "auto"): when it chooses a call, a streamed request gets a 200 and nothing
+    more (the server raises "Automatic streaming tool choice is not supported" after the
+    headers). The round is asked again unstreamed, and from then on every round with tools of
+    that server is: its calls are recorded and run, and the reply is written."""
+    # This format writes the tools' definitions into the prompt: a window that holds them.
+    model = tiny_model_write(tmp_path / "tiny-4k.gguf", context_tokens=4096)
+    server = LlamaServer(model, context_tokens=4096, chat_format="chatml-function-calling")
+    server.start()
+    proxy = RecordingProxy(server.url).start()
+    try:
+        settings.CONTINUITY_OPENAI_BASE_URL = f"{proxy.url}/v1"
+        settings.CONTINUITY_OPENAI_MODEL = MODEL
+        settings.CONTINUITY_OPENAI_API_KEY = ""
+        settings.CONTINUITY_OPENAI_CONTEXT_TOKENS = 4096
+        settings.CONTINUITY_OPENAI_MAX_TOKENS = 64
+        settings.CONTINUITY_TOOL_ROUNDS = 1
+        OpenAIBrain.streamless_tools.clear()
+        chat = ConversationFactory(owner=UserFactory(), brain="openai")
+
+        first = answered(send(chat, SHORT))
+        second = answered(send(chat, "And once more, hello."))
+
+        assert first.text.strip() and second.text.strip()
+        calls = ToolCall.objects.filter(message__conversation=chat)
+        assert calls.count() >= 2 and not calls.exclude(problem="").exists()
+        with_tools = [a for a in proxy.answers if a["asked"].get("tools")]
+        assert [a["stream"] for a in with_tools] == [True, False, False]
+        assert with_tools[0]["text"] == "" and with_tools[0]["finish_reason"] is None
+        assert OpenAIBrain.key() in OpenAIBrain.streamless_tools
+    finally:
+        proxy.stop()
+        server.stop()
