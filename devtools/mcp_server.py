@@ -81,6 +81,14 @@ def server(ledger: Path) -> MCPServer:
         record("fail", ctx, reason=reason)
         raise ToolError(reason)
 
+    @tools.tool(annotations=IDEMPOTENT)
+    async def teach(word: str, meaning: str, ctx: Context) -> str:
+        """Add a tool, define_<word>, and tell the clients listening that the tools changed."""
+        record("teach", ctx, word=word, meaning=meaning)
+        tools.add_tool(lambda: meaning, name=f"define_{word}", description=f"What {word} means.")
+        await ctx.notify_tools_changed()
+        return f"Taught {word}."
+
     @tools.tool(annotations=READ_ONLY)
     async def wait(seconds: float, ctx: Context) -> str:
         """Wait this many seconds (at most 60), then say so."""

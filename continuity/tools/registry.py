@@ -1,14 +1,17 @@
 """Which tools the agent may call now: the built-in ones, and those of the enabled MCP servers
 (registered in the admin, or in CONTINUITY_MCP_SERVERS), with the admin's hint overrides.
 
-A server's tool list is kept for CONTINUITY_MCP_TOOLS_TTL seconds per process. A server that
-cannot say what it offers is an infrastructure fault: its tools are left out of the round, and
-the model is told (`Toolbox.note`).
+A server's tool list is kept for CONTINUITY_MCP_TOOLS_TTL seconds per process, or until the
+server says it changed: each process listens to each HTTP server whose tools it read (MCP's
+`subscriptions/listen`). A server that cannot say what it offers is an infrastructure fault:
+its tools are left out of the round, and the model is told (`Toolbox.note`).
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import threading
 import time
 from dataclasses import dataclass, field, replace
 
@@ -16,12 +19,13 @@ from django.conf import settings
 from django.core.signals import setting_changed
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
+from mcp.client.subscriptions import ListenNotSupportedError
 
 from ..brains import ToolSpec
 from ..errors import ToolServerDown
 from ..models import McpServer
 from .builtin import BUILTIN, BUILTIN_TOOLS
-from .servers import server_tools
+from .servers import server_tools, tools_changes
 
 logger = logging.getLogger(__name__)
 
@@ -90,7 +94,65 @@ def server_specs(server: Server) -> list[ToolSpec]:
     if not specs or time.monotonic() - read_at >= settings.CONTINUITY_MCP_TOOLS_TTL:
         specs = server_tools(server.location, timeout=LIST_TIMEOUT)
         _listed[server.location] = (time.monotonic(), specs)
+        changes_watch(server.location)
     return specs
+
+
+# Each process listens to the servers whose tools it read, one thread each (by pid and
+# location: a forked pool process starts its own), until the registry is read anew.
+_watchers: dict[tuple[int, str], threading.Thread] = {}
+_listening: set[tuple[int, str]] = set()
+_generation = [0]
+# How long a watcher waits before it listens again after its stream ended or failed.
+LISTEN_AGAIN_SECONDS = 5.0
+
+
+def changes_watch(location: str) -> None:
+    """Listen to the server for changes of its tool list: each forgets its list, read again at
+    the next round. A stdio server is not listened to (a session is a process of its own)."""
+    key = (os.getpid(), location)
+    if not location.startswith(("http://", "https://")):
+        return
+    if (watcher := _watchers.get(key)) is not None and watcher.is_alive():
+        return
+    generation = _generation[0]
+    _watchers[key] = threading.Thread(
+        target=changes_listen, args=(location, generation), daemon=True, name="mcp-tools-listen"
+    )
+    _watchers[key].start()
+
+
+def changes_listen(location: str, generation: int) -> None:
+    key = (os.getpid(), location)
+
+    def stale() -> bool:
+        return _generation[0] != generation
+
+    while not stale():
+        try:
+            tools_changes(
+                location,
+                lambda: _listed.pop(location, None),
+                listening=lambda: _listening.add(key),
+                until=stale,
+            )
+        except ListenNotSupportedError:
+            logger.info("MCP server %s cannot say when its tools change: read every %g s",
+                        location, settings.CONTINUITY_MCP_TOOLS_TTL)  # fmt: skip
+            return
+        except Exception as error:  # the server went away: its list is read again when back
+            logger.info("Listening to MCP server %s for tool changes: %r", location, error)
+            _listed.pop(location, None)
+        finally:
+            _listening.discard(key)
+        deadline = time.monotonic() + LISTEN_AGAIN_SECONDS
+        while time.monotonic() < deadline and not stale():
+            time.sleep(0.5)
+
+
+def listening(location: str) -> bool:
+    """Whether this process listens to the server for changes of its tools now."""
+    return (os.getpid(), location) in _listening
 
 
 def tools_forget(location: str = "") -> None:
@@ -101,6 +163,7 @@ def tools_forget(location: str = "") -> None:
     else:
         _listed.clear()
         _registered.clear()
+        _generation[0] += 1  # the watchers stop: a new registry starts its own
 
 
 @receiver(post_save, sender=McpServer)

@@ -87,6 +87,39 @@ def server_call(
     return anyio.run(in_session, location, timeout, called)
 
 
+def tools_changes(
+    location: str,
+    changed: Callable[[], None],
+    *,
+    listening: Callable[[], None],
+    until: Callable[[], bool],
+) -> None:
+    """Listen to the server at `location` for changes of its tool list (MCP's
+    `subscriptions/listen`), calling `listening` once the stream is open and `changed` at each
+    change, until `until()` says stop (asked every second). Returns when the server ends the
+    stream; raises what the SDK raises when it cannot listen (ListenNotSupportedError: a server
+    of an earlier protocol)."""
+
+    async def stop_when_asked(scope: anyio.CancelScope) -> None:
+        while not until():
+            await anyio.sleep(1.0)
+        scope.cancel()
+
+    async def listen() -> None:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(stop_when_asked, tasks.cancel_scope)
+            async with (
+                Client(client_target(location)) as client,
+                client.listen(tools_list_changed=True) as subscription,
+            ):
+                listening()
+                async for _event in subscription:
+                    changed()
+            tasks.cancel_scope.cancel()
+
+    anyio.run(listen)
+
+
 # Opening a session (connecting, the MCP handshake) gets this long at most.
 CONNECT_SECONDS = 5.0
 

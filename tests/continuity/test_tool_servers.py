@@ -112,3 +112,22 @@ def test_a_server_run_as_a_local_command_speaks_over_stdio(tmp_path):
 def test_a_command_that_cannot_run_is_a_server_down_and_nothing_was_sent(tmp_path):
     with pytest.raises(ToolServerDown, match="could not be reached"):
         server_call(str(tmp_path / "no-such-command"), "lookup", {}, key="k", timeout=5)
+
+
+def test_a_server_that_says_its_tools_changed_is_asked_for_them_again(tool_server, settings):
+    """The registry keeps a server's list for CONTINUITY_MCP_TOOLS_TTL, and listens meanwhile
+    (MCP's `subscriptions/listen`): when the server says its tools changed, the list is read
+    again at the next round."""
+    from continuity.tools import toolbox
+    from continuity.tools.registry import listening
+
+    settings.CONTINUITY_MCP_SERVERS = [{"name": "test", "url": tool_server.url}]
+    settings.CONTINUITY_MCP_TOOLS_TTL = 3600
+    assert "define_tea" not in toolbox().tools
+    wait_for(lambda: listening(tool_server.url), timeout=10, what="the registry to listen")
+
+    server_call(
+        tool_server.url, "teach", {"word": "tea", "meaning": "a drink"}, key="k", timeout=10
+    )
+
+    wait_for(lambda: "define_tea" in toolbox().tools, timeout=10, what="the new tool")
