@@ -154,7 +154,10 @@ def test_a_chaos_run_with_tools_counts_the_ledgers_runs_per_key():
     tools = audit["tools"]
     assert tools["ledger_append_calls"] >= 12 and tools["calls"] >= 36
     assert tools["keys_run_twice_without_run_again"] == 0 == tools["still_in_doubt"]
-    assert sum(tools["ledger_append_runs_per_key"].values()) >= 12
+    # Each reply's ledger_append ran (a key in the ledger), or was skipped by its owner after a
+    # kill: one cut off before it was sent never reached the ledger.
+    ran = sum(tools["ledger_append_runs_per_key"].values())
+    assert ran + tools["states"].get("skipped", 0) >= 12
 
 
 def test_the_tools_audit_counts_a_key_run_twice_without_a_person(tmp_path, conversation):
