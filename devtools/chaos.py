@@ -338,14 +338,18 @@ class Browsers:
         self.cookies[conversation.pk] = f"{cookie}; csrftoken={csrf}"
         self.tokens[conversation.pk] = re.search(r'"X-CSRFToken": "([^"]+)"', html).group(1)
 
-    def send(self, conversation_id: int, text: str) -> None:
-        body = urllib.parse.urlencode({"text": text, "client_id": str(uuid.uuid4())}).encode()
-        headers = {
+    def headers(self, conversation_id: int) -> dict[str, str]:
+        """What the page's htmx sends with a POST: its session, its CSRF token."""
+        return {
             "Cookie": self.cookies[conversation_id],
             "HX-Request": "true",
             "X-CSRFToken": self.tokens[conversation_id],
             "Referer": self.base_url,
         }
+
+    def send(self, conversation_id: int, text: str) -> None:
+        body = urllib.parse.urlencode({"text": text, "client_id": str(uuid.uuid4())}).encode()
+        headers = self.headers(conversation_id)
         url = f"{self.base_url}/c/{conversation_id}/messages/"
         while True:
             request = urllib.request.Request(url, data=body, headers=headers)
@@ -367,12 +371,7 @@ class Browsers:
         """Run again or Skip on a call in doubt, as its block's buttons post it; a 409 (decided
         already) is as good as done, a 5xx or a lost connection is tried at the next round."""
         body = urllib.parse.urlencode({"choice": choice}).encode()
-        headers = {
-            "Cookie": self.cookies[conversation_id],
-            "HX-Request": "true",
-            "X-CSRFToken": self.tokens[conversation_id],
-            "Referer": self.base_url,
-        }
+        headers = self.headers(conversation_id)
         url = f"{self.base_url}/c/{conversation_id}/tool-calls/{call_id}/decide/"
         request = urllib.request.Request(url, data=body, headers=headers)
         try:

@@ -102,5 +102,10 @@ class McpServerChild(ChildProcess):
         super().__init__([*argv, "--ledger", str(ledger)], env=env, log_path=log_path)
 
     def answers(self) -> bool:
-        with socket.socket() as probe:
-            return probe.connect_ex(("127.0.0.1", self.port)) == 0
+        return port_answers("127.0.0.1", self.port)
+
+
+def port_answers(host: str, port: int) -> bool:
+    """Whether something accepts connections on the port (a server that is up)."""
+    with socket.socket() as probe:
+        return probe.connect_ex((host, port)) == 0

@@ -35,6 +35,7 @@ from ..store import messages, runs
 from ..tools import BUILTIN, BUILTIN_TOOLS, Asker, Toolbox, arguments_problem, call_run, result_cut
 from .attempts.locking import conversation_lock, run_lock_owned
 from .drains import conversation_enqueue
+from .inbox import message_bump
 
 logger = logging.getLogger(__name__)
 
@@ -230,7 +231,7 @@ def call_end(*, run: Run, call: ToolCall, ended: Ended) -> None:
 
 def message_changed(run: Run) -> None:
     """Inside the transaction of a call's change: its reply's page shows the change live."""
-    store.execute(messages.message_bump(message_id=run.message_id))
+    message_bump(message_id=run.message_id)
     transaction.on_commit(partial(message_changed_publish, run))
 
 
@@ -254,13 +255,11 @@ def calls_hold(*, run: Run, calls: list[ToolCall]) -> None:
         # Given back as an interruption: its attempt uncounted, and the page shows the
         # exchange's calls and what was written, as for any interrupted attempt.
         message = Message.objects.filter(pk=run.message_id).values("interruptions").get()
-        store.execute(
-            messages.message_bump(
-                message_id=run.message_id,
-                state=Message.State.QUEUED,
-                attempts=run.attempt - 1,
-                interruptions=message["interruptions"] + 1,
-            )
+        message_bump(
+            message_id=run.message_id,
+            state=Message.State.QUEUED,
+            attempts=run.attempt - 1,
+            interruptions=message["interruptions"] + 1,
         )
         in_doubt = ToolCall.objects.filter(message_id=run.message_id, state=ToolCall.State.IN_DOUBT)
         if in_doubt.exists():

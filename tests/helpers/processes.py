@@ -12,7 +12,13 @@ from django.db import connection
 
 from continuity.models import Run, Worker
 from continuity.ops.web import web_argv
-from devtools.processes import ChildProcess, McpServerChild, WorkerChild, watchdog_argv
+from devtools.processes import (
+    ChildProcess,
+    McpServerChild,
+    WorkerChild,
+    port_answers,
+    watchdog_argv,
+)
 from devtools.redis_server import free_port
 from tests.helpers.waiting import wait_for
 
@@ -118,8 +124,7 @@ class WebProcess(ChildProcess):
         super().start()
 
         def answers() -> bool:
-            with socket.socket() as probe:
-                return probe.connect_ex((self.address, self.port)) == 0
+            return port_answers(self.address, self.port)
 
         wait_for(answers, timeout=ready_within, what=f"daphne on {self.url}\n{self.log()[-2000:]}")
         return self
