@@ -9,15 +9,23 @@ from continuity.models import ReplyChunk, Run
 T = TypeVar("T")
 
 
-def wait_for(condition: Callable[[], T], *, timeout: float, what: str, every: float = 0.05) -> T:
-    """Poll until `condition()` is truthy and return it; fail with `what` at the deadline."""
+def wait_for(
+    condition: Callable[[], T],
+    *,
+    timeout: float,
+    what: str | Callable[[], str],
+    every: float = 0.05,
+) -> T:
+    """Poll until `condition()` is truthy and return it; fail with `what` at the deadline (a
+    callable: said as it is then, a process's log for one)."""
     deadline = time.monotonic() + timeout
     while True:
         result = condition()
         if result:
             return result
         if time.monotonic() > deadline:
-            raise AssertionError(f"Timed out after {timeout:g}s waiting for {what}")
+            said = what() if callable(what) else what
+            raise AssertionError(f"Timed out after {timeout:g}s waiting for {said}")
         time.sleep(every)
 
 
