@@ -40,6 +40,11 @@ urlpatterns = [
         tool_views.tool_call_decide_view,
         name="tool_call_decide",
     ),
+    path(
+        "c/<int:pk>/tool-calls/<int:call_pk>/answer/",
+        tool_views.tool_call_answer_view,
+        name="tool_call_answer",
+    ),
     path("c/<int:pk>/exchanges/", branch_views.exchanges_older_view, name="exchanges_older"),
     path("c/<int:pk>/rename/", conversation_views.conversation_rename_view, name="rename"),
     path("c/<int:pk>/brain/", conversation_views.conversation_brain_view, name="brain"),

@@ -18,7 +18,12 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect, trigger_client_event
 
-from continuity.actions import conversation_retry_now, dead_letter_retry, reply_stop
+from continuity.actions import (
+    conversation_retry_now,
+    dead_letter_retry,
+    reply_stop,
+    tool_calls_stop,
+)
 from continuity.context import message_too_long
 from continuity.database.outages import database_unreachable
 from continuity.delivery import conversation_start, message_accept
@@ -286,15 +291,16 @@ def retry_now_view(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 @require_POST
 @login_required_or_401
 def reply_stop_view(request: HtmxHttpRequest, pk: int, message_pk: int) -> HttpResponse:
-    """*Stop* while a reply is written: 204 (the page learns the outcome over its websocket),
-    or 409 when nothing is being written any more (finished, or not begun)."""
+    """*Stop* while a reply is written, or while its tool calls wait for approval (denied): 204
+    (the page learns the outcome over its websocket), or 409 when nothing is being written any
+    more (finished, or not begun)."""
     conversation = own_conversation(request, pk)
     message = get_object_or_404(conversation.messages, pk=message_pk, role=Message.Role.USER)
     try:
         reply_stop(message=message)
         status = 204
     except InvalidTransition:
-        status = 409
+        status = 204 if tool_calls_stop(message=message) else 409
     if not request.htmx:
         return redirect(conversation_url(conversation))
     return focus_exchange(HttpResponse(status=status), message.pk)

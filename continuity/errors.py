@@ -14,6 +14,7 @@ TOOL_SERVER_DOWN = "Tool server unavailable"
 # How an attempt given back because tool calls it met are in doubt begins its error: its owner
 # decides, and the attempt after the decision is no recovery the page need announce.
 CALLS_IN_DOUBT = "Tool call in doubt"
+AWAITING_APPROVAL = "Waiting for approval"
 # How an attempt given back because support took its conversation over begins its error: support
 # answers the question now, and the page says why the attempt stopped.
 TAKEN_OVER = "Taken over by support"
@@ -84,6 +85,11 @@ class CallsInDoubt(Exception):
     again or Skip."""
 
 
+class CallsAwaitApproval(Exception):
+    """The attempt met tool calls that wait for their owner's approval: it was given back
+    uncharged, and the answer (or the deadline, or a new message) enqueues the next attempt."""
+
+
 class WorkerStopping(Exception):
     """A planned shutdown of this worker began: it begins no further attempt (one that was
     about to is withdrawn first)."""
@@ -104,6 +110,10 @@ class ToolServerDown(Exception):
 
 
 class ToolCallLost(Exception):
-    """A tool call was sent and no answer came (the connection broke, or its time ran out):
-    whether it acted is unknown, so it is not sent again by itself unless the tool is
-    read-only or idempotent."""
+    """A tool call was sent and no answer came (the connection broke, or, `timed_out`, its time
+    limit passed): whether it acted is unknown, so it is not sent again by itself unless the
+    tool is read-only or idempotent, and not even then once it timed out."""
+
+    def __init__(self, said: str, *, timed_out: bool = False) -> None:
+        super().__init__(said)
+        self.timed_out = timed_out

@@ -14,6 +14,7 @@ from django.db.models import (
     ExpressionWrapper,
     F,
     Max,
+    Min,
     Q,
     QuerySet,
     prefetch_related_objects,
@@ -27,6 +28,7 @@ from .context.recoveries import (
     recovery_words,
     run_stop_kind,
 )
+from .errors import AWAITING_APPROVAL
 from .models import Conversation, Message, Recovery, ReplyChunk, Run, ToolCall
 
 
@@ -79,6 +81,7 @@ class Interrupted:
     text: str
     at: object  # a datetime: its last sign of life
     why: str
+    awaiting: bool = False  # not cut off: given back while its tool calls wait for approval
 
 
 @dataclass(frozen=True)
@@ -186,15 +189,18 @@ def exchanges_from(*, messages: QuerySet[Message]) -> list[Exchange]:
     streaming = streaming_runs(
         message_ids=[m.pk for m in messages if m.state == Message.State.PROCESSING]
     )
-    interrupted = interrupted_runs(
-        message_ids=[
-            m.pk
-            for m in messages
-            if m.state in Message.WAITING_STATES
-            and m.attempts + m.interruptions > 0
-            and m.pk not in streaming
-        ]
-    )
+    # Tried: a message whose calls wait for approval had its attempt given back uncounted, and
+    # what was written before them shows too. A queued message never changed since it was
+    # accepted (its first version) was never begun: it costs no query.
+    waiting = [
+        m.pk
+        for m in messages
+        if m.role == Message.Role.USER
+        and m.state in Message.WAITING_STATES
+        and (m.attempts + m.interruptions > 0 or m.version > 1)
+        and m.pk not in streaming
+    ]
+    interrupted = interrupted_runs(message_ids=waiting)
     # A recovery is recorded for an attempt that follows another on the same message: a
     # crashed attempt keeps its count, an interrupted one moves it to `interruptions`.
     banners = recovery_banners(
@@ -214,7 +220,7 @@ def exchanges_from(*, messages: QuerySet[Message]) -> list[Exchange]:
         message_ids=[
             m.pk
             for m in messages
-            if m.role == Message.Role.USER and m.attempts + m.interruptions > 0
+            if m.role == Message.Role.USER and (m.attempts + m.interruptions > 0 or m.pk in waiting)
         ]
     )
     return [
@@ -307,7 +313,7 @@ def interrupted_runs(*, message_ids: Iterable[int]) -> dict[int, Interrupted]:
     )
     latest: dict[int, Run] = {}
     for run in runs:
-        if not given_back_unstarted(run):
+        if not given_back_unstarted(run) or run.error.startswith(AWAITING_APPROVAL):
             latest.setdefault(run.message_id, run)
     texts: dict[int, list[str]] = {}
     chunks = ReplyChunk.objects.filter(run__in=[run.pk for run in latest.values()])
@@ -320,6 +326,7 @@ def interrupted_runs(*, message_ids: Iterable[int]) -> dict[int, Interrupted]:
             if run.state == Run.State.CRASHED
             else run.ended_at or run.heartbeat_at,
             why=WHAT_HAPPENED[run_stop_kind(run)],
+            awaiting=run.error.startswith(AWAITING_APPROVAL),
         )
         for message_id, run in latest.items()
     }
@@ -386,9 +393,19 @@ def conversation_status(*, conversation: Conversation) -> dict:
             started_at__gt=conversation.handed_back_at,
         ).exists()
     )
+    approval_due = None
+    if (
+        conversation.state == Conversation.State.ACTIVE
+        and conversation.waiting_for == Conversation.WaitingFor.APPROVAL
+        and conversation.retry_at is not None
+    ):
+        approval_due = ToolCall.objects.filter(
+            message__conversation_id=conversation.pk, state=ToolCall.State.AWAITING
+        ).aggregate(due=Min("approval_due_at"))["due"]
     return {
         "conversation": conversation,
-        "retry_in": retry_in,
+        "approval_due": approval_due,
+        "retry_in": None if approval_due else retry_in,
         "resuming": resuming,
         "support": conversation.taken_over_by if conversation.state == "taken_over" else None,
         "assistant_back": back and conversation.state == Conversation.State.ACTIVE,

@@ -293,6 +293,14 @@ def waiting_of(*, conversation: Conversation) -> Waiting:
         why = conversation.paused_reason or "Paused"
     elif conversation.answering:
         why = "Its turn: an earlier message is being answered"
+    elif conversation.waiting_for == Conversation.WaitingFor.APPROVAL:
+        asked = ToolCall.objects.filter(
+            message__conversation=conversation, state=ToolCall.State.AWAITING
+        ).values_list("tool", flat=True)
+        why = (
+            f"Waiting for its owner's approval of a tool call ({', '.join(asked) or 'answered'}): "
+            "denied at its deadline or at their next message. Take it over to answer for them"
+        )
     elif backing_off or conversation.waiting_for:
         why = WAITING_FOR_WORDS[conversation.waiting_for]
     else:
@@ -303,7 +311,11 @@ def waiting_of(*, conversation: Conversation) -> Waiting:
         waited=conversation.waited,
         why=why,
         next_try_in=left if active and backing_off else None,
-        can_retry_now=active and backing_off and not conversation.answering,
+        # Retry now would only ask again: the owner's answer, not a wait, holds it.
+        can_retry_now=active
+        and backing_off
+        and not conversation.answering
+        and conversation.waiting_for != Conversation.WaitingFor.APPROVAL,
         can_pause=active,
     )
 

@@ -4,6 +4,7 @@ conversation's console page, audited (continuity/actions/takeover.py)."""
 from __future__ import annotations
 
 from django.contrib import messages
+from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -11,9 +12,14 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRefresh
 
-from continuity.actions import conversation_hand_back, conversation_take_over, staff_reply
+from continuity.actions import (
+    conversation_hand_back,
+    conversation_take_over,
+    staff_reply,
+    tool_call_answer,
+)
 from continuity.errors import InvalidTransition
-from continuity.models import Conversation
+from continuity.models import Conversation, ToolCall
 
 from .decorators import staff_required
 from .forms import HandBackForm, StaffReplyForm, TakeOverForm
@@ -77,6 +83,34 @@ def hand_back_view(request: HttpRequest, pk: int) -> HttpResponse:
     except InvalidTransition as error:
         messages.warning(request, str(error))
     return redirect("dashboard:conversation", pk)
+
+
+@require_POST
+@staff_required
+def tool_call_answer_view(request: HttpRequest, pk: int, call_pk: int) -> HttpResponse:
+    """Allow or Deny, for the person, a tool call that waits for their approval: only by the
+    staff member who took the conversation over (403 for anyone else)."""
+    conversation = conversation_of(pk)
+    call = get_object_or_404(
+        ToolCall.objects.select_related("message"), pk=call_pk, message__conversation=conversation
+    )
+    answer = request.POST.get("answer", "")
+    if answer not in (ToolCall.Answer.ALLOW, ToolCall.Answer.DENY):
+        return HttpResponse("Answer allow or deny.", status=400, content_type="text/plain")
+    try:
+        answered = tool_call_answer(call=call, answer=answer, by=request.user)
+    except PermissionDenied:
+        return HttpResponse(
+            "Take the conversation over to answer for the person.",
+            status=403,
+            content_type="text/plain",
+        )
+    if answered:
+        messages.success(request, f"{ToolCall.Answer(answer).label}: the assistant is told.")
+    else:
+        call.refresh_from_db()
+        messages.warning(request, f"Already answered: {call.get_answer_display().lower()}.")
+    return redirect(reverse("dashboard:conversation", args=[pk]) + "#thread")
 
 
 @never_cache

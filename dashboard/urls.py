@@ -41,6 +41,11 @@ urlpatterns = [
     path("conversations/<int:pk>/hand-back/", takeover_views.hand_back_view, name="hand_back"),
     path("conversations/<int:pk>/thread/", takeover_views.thread_view, name="thread"),
     path(
+        "conversations/<int:pk>/tool-calls/<int:call_pk>/answer/",
+        takeover_views.tool_call_answer_view,
+        name="tool_call_answer",
+    ),
+    path(
         "conversations/<int:pk>/resume/",
         views.conversation_resume_view,
         name="conversation_resume",

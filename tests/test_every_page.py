@@ -59,6 +59,7 @@ NOT_PAGES = {
     "c/<int:pk>/recoveries/<int:recovery_pk>/correct/": ACTION,
     "c/<int:pk>/notes/correct/": ACTION,
     "c/<int:pk>/tool-calls/<int:call_pk>/decide/": ACTION,
+    "c/<int:pk>/tool-calls/<int:call_pk>/answer/": ACTION,
     "c/<int:pk>/notes/forget/": ACTION,
     "memory/<int:pk>/edit/": ACTION,
     "memory/<int:pk>/delete/": ACTION,
@@ -72,6 +73,7 @@ NOT_PAGES = {
     "dashboard/conversations/<int:pk>/take-over/": ACTION,
     "dashboard/conversations/<int:pk>/reply/": ACTION,
     "dashboard/conversations/<int:pk>/hand-back/": ACTION,
+    "dashboard/conversations/<int:pk>/tool-calls/<int:call_pk>/answer/": ACTION,
     # A taken-over conversation's thread, which its page polls; of any other conversation, an
     # empty answer with HX-Refresh (handed back meanwhile: HttpResponseClientRefresh).
     # tests/continuity/test_takeover.py opens it.

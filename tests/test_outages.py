@@ -6,18 +6,13 @@ attempt used up), nothing is dead-lettered or paused, and the web side answers 5
 
 from __future__ import annotations
 
-import re
 import threading
-import urllib.error
-import urllib.parse
-import urllib.request
 import uuid
 from dataclasses import dataclass
 
 import pytest
 from django.conf import settings
 from django.db import connection
-from django.test import Client
 
 from continuity.delivery.inbox import message_accept
 from continuity.errors import DATABASE_LOST
@@ -40,38 +35,9 @@ from tests.helpers.promise import (
 )
 from tests.helpers.relay import RELAY_HOST, TcpRelay, black_hole
 from tests.helpers.waiting import lock_waiters, wait_for, wait_streaming
+from tests.helpers.web import SignedInBrowser
 
 pytestmark = [pytest.mark.fault, pytest.mark.django_db(transaction=True)]
-
-
-class SignedInBrowser:
-    """A browser's HTTP side: the session cookie of `user` and the CSRF cookie of a page."""
-
-    def __init__(self, web: WebProcess, user, page: str) -> None:
-        self.web = web
-        client = Client()
-        client.force_login(user)
-        session = client.cookies[settings.SESSION_COOKIE_NAME].value
-        self.cookies = {settings.SESSION_COOKIE_NAME: session}
-        with urllib.request.urlopen(self.request(page)) as response:
-            html = response.read().decode()
-            csrf_cookie = re.search(r"csrftoken=([^;]+)", response.headers["Set-Cookie"])
-        self.cookies["csrftoken"] = csrf_cookie.group(1)
-        self.csrf = re.search(r'"X-CSRFToken": "([^"]+)"', html).group(1)
-
-    def request(self, path: str, data: dict | None = None) -> urllib.request.Request:
-        headers = {"Cookie": "; ".join(f"{k}={v}" for k, v in self.cookies.items())}
-        if data is not None:
-            headers |= {"HX-Request": "true", "X-CSRFToken": self.csrf, "Referer": self.web.url}
-            data = urllib.parse.urlencode(data).encode()
-        return urllib.request.Request(self.web.url + path, data=data, headers=headers)
-
-    def post(self, path: str, data: dict) -> tuple[int, str, dict]:
-        try:
-            with urllib.request.urlopen(self.request(path, data)) as response:
-                return response.status, response.read().decode(), dict(response.headers)
-        except urllib.error.HTTPError as error:
-            return error.code, error.read().decode(), dict(error.headers)
 
 
 def test_a_send_while_the_database_is_away_answers_503_and_its_retry_is_stored_once(processes):

@@ -13,22 +13,31 @@ unless a person chose Run again.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
+import uuid
 from collections import Counter
 
 import pytest
 
 from continuity.actions import tool_call_decide
+from continuity.database.clock import database_now
 from continuity.models import Conversation, Message, Run, ToolCall
 from devtools.mcp_server import ledger_lines
 from tests.helpers.brains import tool_trigger
-from tests.helpers.factories import UserFactory
+from tests.helpers.factories import ConversationFactory, UserFactory
 from tests.helpers.messages import conversations, send
-from tests.helpers.processes import McpServerProcess, WatchdogProcess, WorkerProcess, process_id
+from tests.helpers.processes import (
+    McpServerProcess,
+    WatchdogProcess,
+    WebProcess,
+    WorkerProcess,
+    process_id,
+)
 from tests.helpers.promise import assert_promise_kept, wait_finished
+from tests.helpers.tool_servers import ledger_server, ledger_servers_env
 from tests.helpers.waiting import wait_for
+from tests.helpers.web import SignedInBrowser
 
 pytestmark = [pytest.mark.fault, pytest.mark.django_db(transaction=True)]
 
@@ -39,7 +48,7 @@ def tool_server(processes):
 
 
 def tool_worker(processes, tool_server, **env: str) -> WorkerProcess:
-    servers = json.dumps([{"name": "ledger", "url": tool_server.url}])
+    servers = ledger_servers_env(tool_server.url)
     return processes.add(
         WorkerProcess(CONTINUITY_BRAIN="faulty", CONTINUITY_MCP_SERVERS=servers, **env)
     )
@@ -236,7 +245,7 @@ def test_a_tool_that_kills_its_worker_every_time_is_named_in_the_dead_letter(
 
 
 def test_a_call_that_finds_its_server_down_is_given_back_and_runs_once_it_is_back(
-    processes, tool_server, settings
+    processes, tool_server, settings, monkeypatch
 ):
     """The server answered for its tool list, then went away: the call was never sent, so the
     attempt is given back as an interruption (not charged), the call stays pending, and once
@@ -244,9 +253,14 @@ def test_a_call_that_finds_its_server_down_is_given_back_and_runs_once_it_is_bac
     is left out of it, and the model is told."""
     from continuity.delivery.processing import drain_conversation
     from continuity.tools import toolbox
+
+    # The server dies between the round's listing and its call: with no one listening for
+    # its changes, the listing outlives it (a listener, seeing its stream end, forgets the
+    # list at once, and the round would leave the server out instead: the other test).
+    monkeypatch.setattr("continuity.tools.registry.changes_watch", lambda location: None)
     from tests.helpers.factories import ConversationFactory
 
-    settings.CONTINUITY_MCP_SERVERS = [{"name": "ledger", "url": tool_server.url}]
+    settings.CONTINUITY_MCP_SERVERS = [ledger_server(tool_server.url)]
     assert "ledger_append" in toolbox().tools  # listed while it was up, and kept
     tool_server.kill_all()
     conversation = ConversationFactory(brain="faulty")
@@ -295,7 +309,7 @@ def test_a_call_whose_answer_never_came_is_in_doubt_at_once_and_shown(
     from continuity.delivery.processing import drain_conversation
     from tests.helpers.factories import ConversationFactory
 
-    settings.CONTINUITY_MCP_SERVERS = [{"name": "ledger", "url": tool_server.url}]
+    settings.CONTINUITY_MCP_SERVERS = [ledger_server(tool_server.url)]
     settings.CONTINUITY_TOOL_TIMEOUT = 1
     conversation = ConversationFactory(brain="faulty")
     message = send(conversation, tool_trigger("ledger_append", entry="rent", first_wait=30))
@@ -331,3 +345,132 @@ def test_staff_may_pause_or_take_over_a_conversation_waiting_for_a_decision():
     other = ConversationFactory(state="deciding")
     conversation_pause(conversation=other, reason="Looking into the ledger", by=staff)
     assert Conversation.objects.get(pk=other.pk).state == "paused"
+
+
+def test_a_safe_call_past_its_tools_time_limit_ends_with_a_timeout_the_model_reads(
+    processes, tool_server, settings
+):
+    """The tool's own limit (its policy), not the default: a read-only call past it is ended,
+    not sent again, and the reply goes on with the timeout as its result."""
+    from continuity.delivery.processing import drain_conversation
+    from tests.helpers.factories import ConversationFactory
+
+    entry = ledger_server(tool_server.url)
+    entry["policies"]["wait"] = {"time_limit": 1}
+    settings.CONTINUITY_MCP_SERVERS = [entry]
+    conversation = ConversationFactory(brain="faulty")
+    message = send(conversation, tool_trigger("wait", seconds=20))
+
+    drain_conversation(conversation_id=conversation.pk)
+
+    call = ToolCall.objects.get(message=message)
+    assert (call.state, call.runs) == ("error", 1)
+    assert call.result.startswith("The tool did not answer within its time limit of 1 s")
+    assert "did not answer within its time limit" in Message.objects.get(reply_to=message).text
+    assert Message.objects.get(pk=message.pk).state == "done"
+
+
+def approving_worker(processes, tool_server) -> WorkerProcess:
+    servers = ledger_servers_env(tool_server.url, asks_first=True)
+    return processes.add(WorkerProcess(CONTINUITY_BRAIN="faulty", CONTINUITY_MCP_SERVERS=servers))
+
+
+def awaiting(message: Message) -> ToolCall:
+    """The call that waits for approval, once its attempt was given back: nothing runs."""
+    wait_for(
+        lambda: Run.objects.filter(message=message, error__startswith="Waiting for approval"),
+        timeout=30,
+        what="the attempt to be given back while its call waits for approval",
+    )
+    return ToolCall.objects.get(message=message, state="awaiting")
+
+
+def ledger_entries(tool_server) -> Counter:
+    return Counter(
+        line["arguments"]["entry"]
+        for line in ledger_lines(tool_server.ledger)
+        if line["tool"] == "ledger_append"
+    )
+
+
+def test_an_approval_outlives_sigkills_of_every_worker_and_the_web_server(processes, tool_server):
+    worker = approving_worker(processes, tool_server)
+    web = processes.add(WebProcess())
+    conversation = ConversationFactory(brain="faulty", owner=UserFactory())
+    message = send(conversation, tool_trigger("ledger_append", entry="rent"))
+    call = awaiting(message)
+
+    worker.kill_all()
+    web.kill_all()
+    approving_worker(processes, tool_server)
+    web = processes.add(WebProcess())
+
+    browser = SignedInBrowser(web, conversation.owner, f"/c/{conversation.pk}/")
+    assert f'data-awaiting="{call.pk}"' in browser.get(f"/c/{conversation.pk}/")
+    status, _, _ = browser.post(
+        f"/c/{conversation.pk}/tool-calls/{call.pk}/answer/", {"answer": "allow"}
+    )
+    assert status == 204
+    wait_finished([message])
+
+    call.refresh_from_db()
+    assert (call.state, call.runs, call.answer) == ("done", 1, "allow")
+    assert ledger_entries(tool_server) == {"rent": 1}
+    assert runs_per_key(tool_server, "ledger_append") == {str(call.key): 1}
+    assert "Appended 'rent'" in Message.objects.get(reply_to=message).text
+    assert_promise_kept([message])
+
+
+def test_a_deadline_passed_while_no_worker_ran_is_denied_once_when_one_returns(
+    processes, tool_server
+):
+    servers = ledger_servers_env(tool_server.url, asks_first=True)
+    env = {"CONTINUITY_APPROVAL_SECONDS": "3"}
+    worker = processes.add(
+        WorkerProcess(CONTINUITY_BRAIN="faulty", CONTINUITY_MCP_SERVERS=servers, **env)
+    )
+    conversation = ConversationFactory(brain="faulty")
+    message = send(conversation, tool_trigger("ledger_append", entry="rent"))
+    call = awaiting(message)
+    worker.kill_all()
+    wait_for(
+        lambda: ToolCall.objects.filter(pk=call.pk, approval_due_at__lt=database_now()).exists(),
+        timeout=10,
+        what="the deadline to pass",
+        every=0.2,
+    )
+    assert ToolCall.objects.get(pk=call.pk).state == "awaiting"  # nobody swept meanwhile
+
+    processes.add(WorkerProcess(CONTINUITY_BRAIN="faulty", CONTINUITY_MCP_SERVERS=servers, **env))
+    wait_finished([message])
+
+    call.refresh_from_db()
+    assert (call.state, call.answer, call.runs) == ("expired", "timed_out", 0)
+    assert "Not approved in time" in Message.objects.get(reply_to=message).text
+    assert ledger_entries(tool_server) == {}
+    assert_promise_kept([message])
+
+
+def test_a_new_message_sent_while_an_approval_waits_is_answered_and_denies_it(
+    processes, tool_server
+):
+    approving_worker(processes, tool_server)
+    web = processes.add(WebProcess())
+    conversation = ConversationFactory(brain="faulty", owner=UserFactory())
+    message = send(conversation, tool_trigger("ledger_append", entry="rent"))
+    call = awaiting(message)
+    browser = SignedInBrowser(web, conversation.owner, f"/c/{conversation.pk}/")
+
+    status, _, _ = browser.post(
+        f"/c/{conversation.pk}/messages/",
+        {"text": "Never mind, what is 2 + 2?", "client_id": str(uuid.uuid4())},
+    )
+
+    assert status == 200  # accepted: never a 409 while something waits for approval
+    later = Message.objects.get(conversation=conversation, text="Never mind, what is 2 + 2?")
+    wait_finished([message, later])
+    call.refresh_from_db()
+    assert (call.state, call.answer) == ("denied", "moved_on")
+    assert "the person moved on" in Message.objects.get(reply_to=message).text
+    assert ledger_entries(tool_server) == {}
+    assert_promise_kept([message, later])

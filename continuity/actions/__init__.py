@@ -35,7 +35,7 @@ from .takeover import (
     support_name,
     waiting_for_support,
 )
-from .tools import tool_call_decide
+from .tools import tool_call_answer, tool_call_decide, tool_calls_stop
 
 __all__ = [
     "alert_acknowledge",
@@ -58,7 +58,9 @@ __all__ = [
     "reply_stop",
     "staff_reply",
     "support_name",
+    "tool_call_answer",
     "tool_call_decide",
+    "tool_calls_stop",
     "version_show",
     "waiting_for_support",
 ]

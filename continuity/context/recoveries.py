@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from ..brains import RecoveryNote
 from ..errors import (
+    AWAITING_APPROVAL,
     CALLS_IN_DOUBT,
     CONTEXT_TOO_LONG,
     DATABASE_LOST,
@@ -44,7 +45,7 @@ def given_back_unstarted(run: Run) -> bool:
     slot of a busy model server, or its prompt was refused as too long and the next attempt
     compacts it. The person saw no interruption, so none is reported."""
     return run.state == Run.State.INTERRUPTED and run.error.startswith(
-        (MODEL_BUSY, CONTEXT_TOO_LONG, CALLS_IN_DOUBT)
+        (MODEL_BUSY, CONTEXT_TOO_LONG, CALLS_IN_DOUBT, AWAITING_APPROVAL)
     )
 
 

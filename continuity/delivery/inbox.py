@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from functools import partial
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -11,8 +12,10 @@ from django.db import IntegrityError, transaction
 from .. import store
 from ..errors import ClientIdReused, InvalidMessage
 from ..live.events import publish_conversations_changed, publish_message_changed
-from ..models import Conversation, Message
+from ..models import Conversation, Message, ToolCall
 from ..store import conversations, messages
+from .approvals import approvals_deny
+from .attempts.locking import conversation_lock
 from .drains import conversation_enqueue
 
 logger = logging.getLogger(__name__)
@@ -59,14 +62,24 @@ def message_queue(*, conversation_id: int, text: str, **fields) -> Message:
     # Locking the conversation first makes message ids follow commit order, which is the order
     # in which the conversation is answered. One round trip for both, and the commit, which
     # stamps the drain's send too (`drain_send`).
-    message = store.round_trip(conversations.message_added(conversation_id), stored, commit=True)[
-        stored
-    ]
+    added = conversations.message_added(conversation_id)
+    found = store.round_trip(added, stored, commit=True)
+    message = found[stored]
     conversation_enqueue(conversation_id=conversation_id, stamped=True)
+    if found[added] == Conversation.WaitingFor.APPROVAL:
+        # The person moved on: what waited for their answer is denied, and the conversation
+        # goes on (it is never locked by a question left unanswered).
+        transaction.on_commit(partial(approvals_moved_on, conversation_id))
     transaction.on_commit(
         lambda: publish_message_changed(conversation_id=conversation_id, message_id=message.pk)
     )
     return message
+
+
+def approvals_moved_on(conversation_id: int) -> None:
+    with transaction.atomic():
+        conversation_lock(conversation_id)
+        approvals_deny(conversation_id=conversation_id, answer=ToolCall.Answer.MOVED_ON)
 
 
 def same_text_or_refuse(existing: Message, text: str) -> Message:

@@ -27,12 +27,20 @@ from django.utils import timezone
 
 from .. import store
 from ..brains import ToolUse
-from ..errors import CALLS_IN_DOUBT, AttemptStopped, CallsInDoubt, ToolCallLost, ToolServerDown
+from ..errors import (
+    CALLS_IN_DOUBT,
+    AttemptStopped,
+    CallsAwaitApproval,
+    CallsInDoubt,
+    ToolCallLost,
+    ToolServerDown,
+)
 from ..live.events import publish_conversation_changed, publish_message_changed
 from ..models import Conversation, Message, Run, ToolCall
 from ..ops.faults import fault_point
 from ..store import messages, runs
 from ..tools import BUILTIN, BUILTIN_TOOLS, Asker, Toolbox, arguments_problem, call_run, result_cut
+from .approvals import approval_due_at, approvals_expire, calls_await, tools_allowed_here
 from .attempts.locking import conversation_lock, run_lock_owned
 from .drains import conversation_enqueue
 from .inbox import message_bump
@@ -74,9 +82,13 @@ def calls_record(
     in this process, and is stored with its result: whatever it reads or writes of our own
     database (after the run is locked, so no reaper ends the attempt meanwhile) commits with
     its row and the round, exactly once. A server's tool is stored pending: it runs once this
-    commits."""
+    commits; or, when its policy asks first and its owner has not allowed it for the whole
+    conversation, awaiting the owner's approval."""
     inserts = []
     locked = False
+    asking = {use.name for use in uses if (tool := box.tools.get(use.name)) and tool.asks_first}
+    allowed_here = tools_allowed_here(run.conversation_id) if asking else set()
+    due_at = approval_due_at() if asking else None
     for position, use in enumerate(uses):
         tool = box.tools.get(use.name)
         problem = arguments_problem(use, tool)
@@ -100,6 +112,8 @@ def calls_record(
                 locked = True
             result = call_run(tool, use.arguments, key=str(values["key"]), asker=asker)
             values |= ended_values(ended_as(result), runs=1)
+        elif use.name in asking and (tool.source, use.name) not in allowed_here:
+            values |= {"state": ToolCall.State.AWAITING, "approval_due_at": due_at}
         inserts.append(runs.fenced_inserting(ToolCall, run=run, **values))
     transaction.on_commit(partial(message_changed_publish, run))
     return Recording(inserts, [*inserts, messages.message_bump(message_id=run.message_id)])
@@ -130,12 +144,14 @@ def round_calls_settle(
     """Every call of the round ended, and what the model reads of each, by call id: those
     this attempt just `recorded`, or (a round an earlier attempt wrote) as stored. A call that
     ended before is read, never run again. CallsInDoubt, once they are held, when calls wait
-    for their owner's decision."""
+    for their owner's decision; CallsAwaitApproval when they wait for the owner's approval."""
     calls = (
         recorded
         if recorded is not None
         else list(ToolCall.objects.filter(message_id=run.message_id, round=number))
     )
+    if any(call.state == ToolCall.State.AWAITING for call in calls):
+        calls = calls_awaiting_settle(run=run, number=number)
     undecided = [
         call
         for call in calls
@@ -151,6 +167,21 @@ def round_calls_settle(
         if call.state not in ToolCall.ENDED_STATES:
             call_execute(run=run, call=call, box=box, asker=asker, stopped=stopped)
     return {call.call_id: model_reads(call) for call in calls}
+
+
+def calls_awaiting_settle(*, run: Run, number: int) -> list[ToolCall]:
+    """The round's calls once none awaits: those past their deadline are denied here (the
+    watchdog's sweep may not have come yet); CallsAwaitApproval, once the attempt is given
+    back, while any still waits for its owner."""
+    approvals_expire(message_id=run.message_id)
+    calls = list(ToolCall.objects.filter(message_id=run.message_id, round=number))
+    awaiting = [call for call in calls if call.state == ToolCall.State.AWAITING]
+    if awaiting:
+        calls_await(run=run, calls=awaiting)
+        raise CallsAwaitApproval(
+            f"Attempt {run.pk}: {len(awaiting)} tool call(s) wait for their owner's approval."
+        )
+    return calls
 
 
 def model_reads(call: ToolCall) -> str:
@@ -186,7 +217,15 @@ def call_execute(*, run: Run, call: ToolCall, box: Toolbox, asker: Asker, stoppe
         )
         raise
     except ToolCallLost as lost:
-        if call.runs_again_safely:
+        if lost.timed_out and call.runs_again_safely:
+            # Past its time limit: ended, not sent again, and the model reads why.
+            said = (
+                f"The tool did not answer within its time limit of {tool.time_limit:g} s, so "
+                "the call was ended without a result."
+            )
+            call_end(run=run, call=call, ended=Ended(ToolCall.State.ERROR, said))
+            return
+        if call.runs_again_safely:  # its connection broke: the same key, once it is back
             raise ToolServerDown(f"{lost} The call runs again with the same key.") from lost
         calls_hold(run=run, calls=[call])
         raise CallsInDoubt(f"Attempt {run.pk}: tool call {call.pk} lost its answer.") from lost

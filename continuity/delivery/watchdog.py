@@ -16,6 +16,7 @@ from django.db.models.functions import Now
 
 from ..database.clock import db_now_plus
 from ..models import Conversation, CrashRecord, Handoff, Run
+from .approvals import approvals_expire
 from .attempts.failures import attempt_end, each_guarded, runs_reap
 from .attempts.lease import waiting_messages
 from .drains import conversation_enqueue, drains_waiting
@@ -74,6 +75,7 @@ def watchdog_tick(
     write their heartbeats meanwhile, so their rows look stale until they next beat."""
     stale = stale_run_ids(Run.objects.all()) if reap else []
     reaped = runs_reap(run_ids=stale, detected_by=detected_by)
+    approvals_expire()  # before the due conversations are read: theirs go on now
     due = due_conversation_ids()
     if due and not broker_reachable():
         # Each send would wait out its publish retries: try them all on a later sweep instead.

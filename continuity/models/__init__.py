@@ -24,7 +24,7 @@ from .conversations import (
     MessageQuerySet,
 )
 from .operations import Alert, CrashRecord, DeadLetter, HistoryBucket, StaffAction, Worker
-from .tools import McpServer, ToolCall
+from .tools import McpServer, ToolAllowance, ToolCall, ToolPolicy
 
 __all__ = [
     "ANSWERED_QUESTION",
@@ -48,7 +48,9 @@ __all__ = [
     "RunContext",
     "StaffAction",
     "Summary",
+    "ToolAllowance",
     "ToolCall",
+    "ToolPolicy",
     "Worker",
     "handoff_markdown",
     "sections_lines",

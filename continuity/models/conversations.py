@@ -46,6 +46,7 @@ class Conversation(models.Model):
         MODEL = "model", "The model server, which could not answer"
         MODEL_BUSY = "model_busy", "The model server, busy answering other conversations"
         TOOL_SERVER = "tool_server", "A tool server, which could not be reached"
+        APPROVAL = "approval", "Its owner's approval of a tool call, until its deadline"
 
     waiting_for = models.CharField(
         max_length=16,

@@ -25,17 +25,33 @@ class ToolCall(models.Model):
     the round is asked again; marked running, committed, before it runs; then done or error
     with its result. A call found running by a later attempt was cut off by a crash: a tool
     that runs again safely runs again with the same key, any other is in doubt, and its
-    conversation waits for its owner's Run again or Skip."""
+    conversation waits for its owner's Run again or Skip.
+
+    A call whose tool's policy asks first is recorded awaiting its owner's approval, until
+    `approval_due_at`: allowed, it is pending; denied (by its owner, by a new message or Stop),
+    or not answered in time, it ends without running, and the model reads why."""
 
     class State(models.TextChoices):
+        AWAITING = "awaiting", "Waiting for approval"
         PENDING = "pending", "Pending"
         RUNNING = "running", "Running"
         DONE = "done", "Done"
         ERROR = "error", "Error"
         IN_DOUBT = "in_doubt", "In doubt"
         SKIPPED = "skipped", "Skipped"
+        DENIED = "denied", "Denied"
+        EXPIRED = "expired", "Not approved in time"
 
-    ENDED_STATES = (State.DONE, State.ERROR, State.SKIPPED)
+    ENDED_STATES = (State.DONE, State.ERROR, State.SKIPPED, State.DENIED, State.EXPIRED)
+
+    class Answer(models.TextChoices):
+        NONE = "", "Not asked"
+        ALLOW = "allow", "Allowed"
+        ALLOW_HERE = "allow_conversation", "Allowed for this conversation"
+        DENY = "deny", "Denied"
+        MOVED_ON = "moved_on", "Denied: a new message was sent"
+        STOPPED = "stopped", "Denied: Stop was pressed"
+        TIMED_OUT = "timed_out", "Not approved in time"
 
     class Decision(models.TextChoices):
         NONE = "", "None"
@@ -82,6 +98,14 @@ class ToolCall(models.Model):
     decided_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    approval_due_at = models.DateTimeField(
+        null=True, blank=True, help_text="Asked first: denied if not answered by then."
+    )
+    answer = models.CharField(max_length=24, choices=Answer.choices, blank=True, default="")
+    answered_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    answered_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
@@ -99,7 +123,14 @@ class ToolCall(models.Model):
                 fields=["created_at"],
                 condition=models.Q(state="in_doubt"),
                 name="tool_call_in_doubt",
-            )
+            ),
+            # The few awaiting an answer: the Waiting page, and the sweep that ends them at
+            # their deadline.
+            models.Index(
+                fields=["approval_due_at"],
+                condition=models.Q(state="awaiting"),
+                name="tool_call_awaiting",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -110,6 +141,10 @@ class ToolCall(models.Model):
         """What the call does, in the page's words: "Searched your conversations"."""
         going, done = TOOL_LABELS.get(self.tool, (f"Calling {self.tool}", f"Called {self.tool}"))
         said = done if self.state in self.ENDED_STATES else going
+        if self.state in (self.State.DENIED, self.State.EXPIRED):
+            said = f"Did not call {self.tool}"
+        elif self.state == self.State.AWAITING:
+            said = f"Asking to call {self.tool}"
         if self.source and self.source != "built-in":
             said += f" on {self.source}"
         return said
@@ -147,6 +182,12 @@ class McpServer(models.Model):
         help_text="Hints that override the server's, by tool: "
         '{"lookup": {"read_only": true}}; keys read_only, idempotent, destructive, open_world.',
     )
+    time_limit = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Seconds a call of its tools may take (a tool's policy may say otherwise); "
+        "empty: CONTINUITY_TOOL_TIMEOUT.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -169,3 +210,57 @@ class McpServer(models.Model):
     def location(self) -> str:
         """Where the agent reaches it: its URL, or its command."""
         return self.url or self.command
+
+
+class ToolPolicy(models.Model):
+    """What staff decided for one tool of a server: whether its calls wait for the person's
+    approval, and how long one may take."""
+
+    class Approval(models.TextChoices):
+        IF_DESTRUCTIVE = "if_destructive", "Ask when the tool may destroy (its destructive hint)"
+        ALWAYS = "always", "Always ask"
+        NEVER = "never", "Never ask"
+
+    server = models.ForeignKey(McpServer, on_delete=models.CASCADE, related_name="policies")
+    tool = models.CharField(max_length=128, help_text="The tool's name, as the server lists it.")
+    approval = models.CharField(
+        max_length=16, choices=Approval.choices, default=Approval.IF_DESTRUCTIVE
+    )
+    time_limit = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Seconds a call may take; empty: the server's."
+    )
+
+    class Meta:
+        ordering = ["server", "tool"]
+        verbose_name_plural = "tool policies"
+        constraints = [
+            models.UniqueConstraint(fields=["server", "tool"], name="tool_policy_unique_tool")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.server.name}: {self.tool}"
+
+
+class ToolAllowance(models.Model):
+    """The person's *Allow for this conversation*: the tool's later calls in it run without
+    asking."""
+
+    conversation = models.ForeignKey(
+        "continuity.Conversation", on_delete=models.CASCADE, related_name="tool_allowances"
+    )
+    source = models.CharField(max_length=128, help_text="The MCP server's name.")
+    tool = models.CharField(max_length=128)
+    allowed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["conversation", "source", "tool"], name="tool_allowance_unique_tool"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.source}: {self.tool} in conversation {self.conversation_id}"

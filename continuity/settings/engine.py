@@ -147,8 +147,12 @@ CONTINUITY_TOOL_RESULT_BYTES = env("CONTINUITY_TOOL_RESULT_BYTES", 16384)
 CONTINUITY_TOOL_ARGUMENT_BYTES = env("CONTINUITY_TOOL_ARGUMENT_BYTES", 16384)
 # How long an MCP tool may take to answer before its call is lost (and in doubt).
 CONTINUITY_TOOL_TIMEOUT = env("CONTINUITY_TOOL_TIMEOUT", 60.0)
+# How long a tool call that asks first waits for the person's answer before it is denied.
+CONTINUITY_APPROVAL_SECONDS = env("CONTINUITY_APPROVAL_SECONDS", 900)
 # MCP servers besides those staff register in the admin: a JSON list of objects, each with a
-# "name", a "url" (streamable HTTP), and optionally "tools" (the names allowed; all if absent).
+# "name", a "url" (streamable HTTP) or a "command" (stdio), and optionally "tools" (the names
+# allowed; all if absent), "time_limit" (seconds) and "policies" by tool, as the admin's:
+# {"ledger_append": {"approval": "never", "time_limit": 30}}.
 CONTINUITY_MCP_SERVERS = env_json("CONTINUITY_MCP_SERVERS", [])
 # How long a server's tool list is used before it is asked again.
 CONTINUITY_MCP_TOOLS_TTL = env("CONTINUITY_MCP_TOOLS_TTL", 300.0)

@@ -46,15 +46,16 @@ def backoff_clear(conversation_id: int) -> Query[Conversation | None]:
     )
 
 
-def message_added(conversation_id: int) -> Query[bool]:
+def message_added(conversation_id: int) -> Query[str | None]:
     """A message joins the queue: lock the conversation (message ids then follow commit order,
-    the order it is answered in), and stamp its change and its drain's send."""
+    the order it is answered in), and stamp its change and its drain's send. What its backoff
+    waits for (Conversation.WaitingFor); None without the conversation."""
     now = db_now()
     return Query(
         f"UPDATE continuity_conversation SET updated_at = {now}, enqueued_at = {now} "
-        "WHERE id = %s RETURNING id",
+        "WHERE id = %s RETURNING waiting_for",
         [conversation_id],
-        changed,
+        lambda found: found[0][0] if found else None,
     )
 
 

@@ -70,9 +70,7 @@ def call_run(tool: Tool, arguments: dict, *, key: str, asker: Asker) -> ToolResu
         except Exception as exc:  # the tool's own failure: the model reads it, the message goes on
             logger.exception("Built-in tool %s failed", tool.spec.name)
             return ToolResult(f"The tool failed: {type(exc).__name__}: {exc}", is_error=True)
-    return server_call(
-        tool.location, tool.spec.name, arguments, key=key, timeout=settings.CONTINUITY_TOOL_TIMEOUT
-    )
+    return server_call(tool.location, tool.spec.name, arguments, key=key, timeout=tool.time_limit)
 
 
 def result_cut(text: str) -> tuple[str, bool]:

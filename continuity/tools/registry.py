@@ -23,7 +23,7 @@ from mcp.client.subscriptions import ListenNotSupportedError
 
 from ..brains import ToolSpec
 from ..errors import ToolServerDown
-from ..models import McpServer
+from ..models import McpServer, ToolPolicy
 from .builtin import BUILTIN, BUILTIN_TOOLS
 from .servers import server_tools, tools_changes
 
@@ -35,11 +35,22 @@ LIST_TIMEOUT = 5.0
 
 
 @dataclass(frozen=True)
+class Policy:
+    """Staff's decisions for one tool (ToolPolicy): when its calls wait for the person's
+    approval, and how many seconds one may take (None: the server's)."""
+
+    approval: str = ToolPolicy.Approval.IF_DESTRUCTIVE
+    time_limit: float | None = None
+
+
+@dataclass(frozen=True)
 class Server:
     name: str
     location: str  # a streamable HTTP URL, or a command line (stdio)
     allowed: tuple[str, ...] = ()  # empty: every tool it offers
     hints: dict = field(default_factory=dict)
+    policies: dict[str, Policy] = field(default_factory=dict)
+    time_limit: float | None = None  # None: CONTINUITY_TOOL_TIMEOUT
 
 
 @dataclass(frozen=True)
@@ -47,6 +58,27 @@ class Tool:
     spec: ToolSpec
     source: str  # BUILTIN, or the MCP server's name
     location: str = ""  # the MCP server's: its URL or its command
+    policy: Policy = Policy(ToolPolicy.Approval.NEVER)
+    server_time_limit: float | None = None
+
+    @property
+    def asks_first(self) -> bool:
+        """Whether a call waits for the person's approval before it runs. A built-in tool
+        never asks: it reads and writes only the asking person's own notes, exactly once."""
+        match self.policy.approval:
+            case ToolPolicy.Approval.ALWAYS:
+                return True
+            case ToolPolicy.Approval.NEVER:
+                return False
+        return self.spec.destructive and not self.spec.read_only
+
+    @property
+    def time_limit(self) -> float:
+        """Seconds a call may take: the tool's policy, else its server's, else the setting."""
+        for limit in (self.policy.time_limit, self.server_time_limit):
+            if limit:
+                return float(limit)
+        return float(settings.CONTINUITY_TOOL_TIMEOUT)
 
 
 @dataclass(frozen=True)
@@ -71,16 +103,48 @@ def servers_registered() -> list[Server]:
     if _registered and time.monotonic() - _registered[0][0] < REGISTRY_READ_SECONDS:
         return _registered[0][1]
     servers = [
-        Server(server.name, server.location, tuple(server.allowed_tools or ()), server.hints or {})
-        for server in McpServer.objects.filter(enabled=True)
+        Server(
+            server.name,
+            server.location,
+            tuple(server.allowed_tools or ()),
+            server.hints or {},
+            {
+                policy.tool: Policy(policy.approval, policy.time_limit)
+                for policy in server.policies.all()
+            },
+            server.time_limit,
+        )
+        for server in McpServer.objects.filter(enabled=True).prefetch_related("policies")
     ]
     named = {server.name for server in servers}
     for entry in settings.CONTINUITY_MCP_SERVERS:
         location = entry.get("url") or entry.get("command")
         if entry.get("name") and location and entry["name"] not in named:
-            servers.append(Server(entry["name"], location, tuple(entry.get("tools") or ()), {}))
+            servers.append(
+                Server(
+                    entry["name"],
+                    location,
+                    tuple(entry.get("tools") or ()),
+                    {},
+                    policies_of(entry.get("policies") or {}),
+                    entry.get("time_limit"),
+                )
+            )
     _registered[:] = [(time.monotonic(), servers)]
     return servers
+
+
+def policies_of(configured: dict) -> dict[str, Policy]:
+    """CONTINUITY_MCP_SERVERS' "policies", by tool: {"approval": "never", "time_limit": 30}."""
+    approvals = set(ToolPolicy.Approval.values)
+    return {
+        tool: Policy(
+            said.get("approval") if said.get("approval") in approvals else Policy.approval,
+            said.get("time_limit"),
+        )
+        for tool, said in configured.items()
+        if isinstance(said, dict)
+    }
 
 
 # This process's tool lists, by server URL: (when they were read on the monotonic clock, specs).
@@ -168,6 +232,8 @@ def tools_forget(location: str = "") -> None:
 
 @receiver(post_save, sender=McpServer)
 @receiver(post_delete, sender=McpServer)
+@receiver(post_save, sender=ToolPolicy)
+@receiver(post_delete, sender=ToolPolicy)
 @receiver(setting_changed)
 def registry_changed(**kwargs) -> None:
     tools_forget()
@@ -195,7 +261,11 @@ def toolbox() -> Toolbox:
             if (server.allowed and spec.name not in server.allowed) or spec.name in tools:
                 continue
             tools[spec.name] = Tool(
-                hinted(spec, server.hints.get(spec.name, {})), server.name, server.location
+                hinted(spec, server.hints.get(spec.name, {})),
+                server.name,
+                server.location,
+                server.policies.get(spec.name, Policy()),
+                server.time_limit,
             )
     note = ""
     if down:

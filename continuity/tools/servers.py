@@ -150,7 +150,12 @@ async def in_session(location: str, timeout: float, act: Callable[[Client], Awai
         said = "; ".join(f"{type(cause).__name__}: {cause}" for cause in causes)
         if never_sent:
             raise ToolServerDown(f"MCP server {location} could not be reached ({said}).") from error
-        raise ToolCallLost(f"MCP server {location} gave no answer ({said}).") from error
+        timed_out = any(
+            isinstance(cause, TimeoutError) or "timed out" in str(cause).lower() for cause in causes
+        )
+        raise ToolCallLost(
+            f"MCP server {location} gave no answer ({said}).", timed_out=timed_out
+        ) from error
 
 
 def leaves(error: BaseException) -> list[BaseException]:

@@ -12,7 +12,7 @@ from continuity.context.compaction import summary_write
 from continuity.context.handoffs import handoff_write
 from continuity.delivery.inbox import message_accept
 from continuity.delivery.processing import drain_conversation
-from continuity.models import DeadLetter, Handoff, Message, Run, Summary
+from continuity.models import DeadLetter, Handoff, McpServer, Message, Run, Summary, ToolCall
 from tests.helpers.browser import accessibility_violations, off_the_loop
 from tests.helpers.console import dead_letter_make
 from tests.helpers.factories import PASSWORD, ConversationFactory, UserFactory
@@ -34,6 +34,12 @@ def staff_pages() -> list[str]:
     first = Message.objects.filter(conversation=chat).order_by("pk").first()
     summary_write(conversation_id=chat.pk, covers_through_id=first.pk, text="- Bread.")
     dead = dead_letter_make(chat, "Summarize [[broken]]")
+    server = McpServer.objects.create(name="ledger", url="http://127.0.0.1:9/mcp", time_limit=30)
+    server.policies.create(tool="ledger_append", approval="always", time_limit=10)
+    call = ToolCall.objects.create(
+        message=first, round=1, position=0, call_id="c1", tool="ledger_append", source="ledger",
+        arguments={"entry": "rent"}, state="denied", answer="deny", result="Denied.",
+    )  # fmt: skip
     return [
         reverse("admin:index"),
         reverse("admin:continuity_conversation_changelist"),
@@ -52,6 +58,10 @@ def staff_pages() -> list[str]:
         reverse("admin:continuity_summary_edit", args=[chat.pk]),
         reverse("admin:continuity_recovery_changelist"),
         reverse("admin:continuity_worker_changelist"),
+        reverse("admin:continuity_mcpserver_changelist"),
+        reverse("admin:continuity_mcpserver_change", args=[server.pk]),
+        reverse("admin:continuity_toolcall_changelist"),
+        reverse("admin:continuity_toolcall_change", args=[call.pk]),
     ]
 
 

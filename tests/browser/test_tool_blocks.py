@@ -5,7 +5,6 @@ and 390 px."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -26,6 +25,7 @@ from tests.helpers.processes import (
     WorkerProcess,
     process_id,
 )
+from tests.helpers.tool_servers import ledger_servers_env
 from tests.helpers.waiting import wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -71,7 +71,7 @@ def test_a_call_left_in_doubt_by_a_sigkill_is_run_again_or_skipped_from_the_page
     page: Page, processes
 ):
     tools = processes.add(McpServerProcess())
-    servers = json.dumps([{"name": "ledger", "url": tools.url}])
+    servers = ledger_servers_env(tools.url)
     processes.add(WorkerProcess(CONTINUITY_BRAIN="faulty", CONTINUITY_MCP_SERVERS=servers))
     processes.add(WatchdogProcess())
     web = processes.add(WebProcess())
@@ -119,3 +119,53 @@ def test_a_call_left_in_doubt_by_a_sigkill_is_run_again_or_skipped_from_the_page
     expect(page.locator(".tool-call summary").first).to_have_text(
         re.compile(r"Called ledger_append on ledger · done")
     )
+
+
+def test_an_approval_is_asked_on_the_page_and_each_answer_does_what_it_says(page: Page, processes):
+    tools = processes.add(McpServerProcess())
+    servers = ledger_servers_env(tools.url, asks_first=True)
+    processes.add(WorkerProcess(CONTINUITY_BRAIN="faulty", CONTINUITY_MCP_SERVERS=servers))
+    web = processes.add(WebProcess())
+    conversation = ConversationFactory(owner=UserFactory())
+    open_chat(page, web, conversation)
+
+    def entries() -> Counter:
+        return Counter(
+            line["arguments"]["entry"] for line in ledger_lines(tools.ledger)
+            if line["tool"] == "ledger_append"
+        )  # fmt: skip
+
+    def asked(entry: str) -> ToolCall:
+        send_from_page(page, tool_trigger("ledger_append", entry=entry))
+        call = wait_for(
+            lambda: ToolCall.objects.filter(state="awaiting").first(), timeout=20, what="the ask"
+        )
+        expect(page.locator(f'[data-awaiting="{call.pk}"]')).to_contain_text(
+            "I'd like to run ledger_append on ledger", timeout=20_000
+        )
+        return call
+
+    call = asked("rent")
+    block = page.locator(f'[data-tool-call="{call.pk}"]')
+    expect(block.locator(".tool-arguments")).to_contain_text("rent")
+    expect(page.locator("[data-approval-due]")).to_contain_text("Waiting for your answer")
+    assert_clean_everywhere(page)
+
+    page.locator(f'[data-awaiting="{call.pk}"]').get_by_role(
+        "button", name="Allow", exact=True
+    ).click()
+    reply = page.locator(f"#exchange-{call.message_id} .bubble.assistant")
+    expect(reply).to_contain_text("Appended 'rent'", timeout=30_000)
+    expect(block).to_have_attribute("data-tool-state", "done")
+    expect(page.locator("[data-approval-due]")).to_have_count(0)
+    assert entries() == {"rent": 1}
+
+    denied = asked("gas")
+    page.locator(f'[data-awaiting="{denied.pk}"]').get_by_role("button", name="Deny").click()
+    reply = page.locator(f"#exchange-{denied.message_id} .bubble.assistant")
+    expect(reply).to_contain_text("The person denied this call", timeout=30_000)
+    expect(page.locator(f'[data-tool-call="{denied.pk}"]')).to_have_attribute(
+        "data-tool-state", "denied"
+    )
+    assert entries() == {"rent": 1}
+    assert_clean_everywhere(page)

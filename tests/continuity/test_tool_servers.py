@@ -80,11 +80,13 @@ def test_a_server_that_dies_during_the_call_leaves_it_unanswered(tool_server):
     calling.join(timeout=30)
     assert not calling.is_alive()
     assert [type(error) for error in raised] == [ToolCallLost]
+    assert not raised[0].timed_out  # broken, not slow: a safe tool is sent again
 
 
 def test_a_call_past_its_time_is_unanswered_not_down(tool_server):
-    with pytest.raises(ToolCallLost, match="gave no answer"):
+    with pytest.raises(ToolCallLost, match="gave no answer") as lost:
         server_call(tool_server.url, "wait", {"seconds": 5}, key="k", timeout=0.5)
+    assert lost.value.timed_out
     assert [line["key"] for line in ledger_lines(tool_server.ledger)] == ["k"]
 
 

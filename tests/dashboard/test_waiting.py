@@ -113,3 +113,21 @@ def test_a_conversation_held_for_a_decision_says_which_tool_is_in_doubt(staff):
     html = staff.get(reverse("dashboard:waiting")).content.decode()
 
     assert "A tool call in doubt (ledger_append)" in row_of(html, chat)
+
+
+def test_a_conversation_waiting_for_an_approval_says_which_tool_and_offers_no_retry(staff):
+    from continuity.models import ToolCall
+
+    chat = waiting_with("Ledger")
+    Conversation.objects.filter(pk=chat.pk).update(
+        retry_at=timezone.now() + timedelta(minutes=15), waiting_for="approval"
+    )
+    ToolCall.objects.create(
+        message=chat.messages.get(), round=1, position=0, call_id="c", tool="ledger_append",
+        state="awaiting", approval_due_at=timezone.now() + timedelta(minutes=15),
+    )  # fmt: skip
+
+    row = row_of(staff.get(reverse("dashboard:waiting")).content.decode(), chat)
+
+    assert "approval of a tool call (ledger_append)" in row
+    assert "Retry now" not in row

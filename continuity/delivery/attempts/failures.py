@@ -33,6 +33,7 @@ from ...errors import (
     AttemptStopped,
     BackendBusy,
     BackendUnavailable,
+    CallsAwaitApproval,
     CallsInDoubt,
     ContextTooLong,
     PermanentError,
@@ -77,7 +78,7 @@ def failure_cost(error: Exception) -> Cost | None:
     was stopped (whoever stopped it ended it). A model server that failed is marked so here:
     its backoff is the conversation's wait."""
     match error:
-        case AttemptStopped() | CallsInDoubt():
+        case AttemptStopped() | CallsInDoubt() | CallsAwaitApproval():
             return None
         case ContextTooLong():
             # Not the message's fault, nor the server's: the next attempt compacts to fit (a

@@ -256,7 +256,12 @@ class Command(BaseCommand):
                 "CONTINUITY_OPENAI_MODEL": model.model,
             }
         if tool_server is not None:
-            env["CONTINUITY_MCP_SERVERS"] = json.dumps([{"name": "chaos", "url": tool_server.url}])
+            # Its ledger tool (destructive by MCP's defaults) runs without asking: the run
+            # measures what crashes do to calls, and nobody is there to answer.
+            never_asks = {"ledger_append": {"approval": "never"}}
+            env["CONTINUITY_MCP_SERVERS"] = json.dumps(
+                [{"name": "chaos", "url": tool_server.url, "policies": never_asks}]
+            )
         return env
 
 

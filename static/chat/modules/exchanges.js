@@ -59,6 +59,7 @@ export const waiting = (el) => el.dataset.state === "queued" || el.dataset.state
 export function sameStatus(current, incoming) {
   const marks = [
     "[data-paused]", "[data-retry]", "[data-resuming]", "[data-taken-over]", "[data-assistant-back]",
+    "[data-approval-due]",
   ];
   const kind = (el) => [el.dataset.state, ...marks.map((mark) => !!el.querySelector(mark))].join();
   if (kind(current) !== kind(incoming)) return false;
