@@ -91,9 +91,15 @@ def server(ledger: Path) -> MCPServer:
 
     @tools.tool(annotations=READ_ONLY)
     async def wait(seconds: float, ctx: Context) -> str:
-        """Wait this many seconds (at most 60), then say so."""
+        """Wait this many seconds (at most 60), then say so, reporting progress each second."""
         record("wait", ctx, seconds=seconds)
-        await anyio.sleep(min(max(seconds, 0.0), 60.0))
+        seconds = min(max(seconds, 0.0), 60.0)
+        waited = 0.0
+        while waited < seconds:
+            step = min(1.0, seconds - waited)
+            await anyio.sleep(step)
+            waited += step
+            await ctx.report_progress(waited, seconds, f"Waited {waited:g} of {seconds:g} s")
         return f"Waited {seconds:g} s."
 
     return tools

@@ -15,12 +15,13 @@ owner (`calls_hold`).
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from dataclasses import dataclass
 from functools import partial
 from threading import Event
 
-from django.db import transaction
+from django.db import DatabaseError, connection, transaction
 from django.db.models import F
 from django.db.models.functions import Now
 from django.utils import timezone
@@ -209,7 +210,13 @@ def call_execute(*, run: Run, call: ToolCall, box: Toolbox, asker: Asker, stoppe
     call_start(run=run, call=call)
     fault_point("tool_call_started")
     try:
-        result = call_run(tool, call.arguments, key=str(call.key), asker=asker)
+        result = call_run(
+            tool,
+            call.arguments,
+            key=str(call.key),
+            asker=asker,
+            progress=progress_recorder(run=run, call=call),
+        )
     except ToolServerDown:
         # Never sent: nothing happened, and the next attempt sends it as if for the first time.
         ToolCall.objects.filter(pk=call.pk, state=ToolCall.State.RUNNING).update(
@@ -231,6 +238,37 @@ def call_execute(*, run: Run, call: ToolCall, box: Toolbox, asker: Asker, stoppe
         raise CallsInDoubt(f"Attempt {run.pk}: tool call {call.pk} lost its answer.") from lost
     fault_point("tool_call_returned")
     call_end(run=run, call=call, ended=ended_as(result))
+
+
+# A server may say its progress many times a second: the page hears it at most this often
+# (and always its last word, the whole done).
+PROGRESS_EVERY_SECONDS = 0.5
+
+
+def progress_recorder(*, run: Run, call: ToolCall):
+    """What stores a running call's progress as its server says it, so the page shows it
+    live. Called on a thread of its own, whose connection is closed after each write. A
+    progress lost to a database error is only a courtesy lost: the call goes on."""
+    last = [0.0]
+
+    def record(done: float, total: float | None, said: str) -> None:
+        now = time.monotonic()
+        if now - last[0] < PROGRESS_EVERY_SECONDS and (total is None or done < total):
+            return
+        last[0] = now
+        try:
+            with transaction.atomic():
+                updated = ToolCall.objects.filter(
+                    pk=call.pk, state=ToolCall.State.RUNNING, runs=call.runs
+                ).update(progress=done, progress_total=total, progress_message=said[:200])
+                if updated:
+                    message_changed(run)
+        except DatabaseError:
+            logger.warning("Progress of tool call %s not stored", call.pk, exc_info=True)
+        finally:
+            connection.close()
+
+    return record
 
 
 def ended_as(result) -> Ended:

@@ -6,6 +6,7 @@ import uuid
 
 from django.conf import settings
 from django.db import models
+from django.utils import timezone
 
 from .attempts import Run
 from .conversations import Message
@@ -98,6 +99,11 @@ class ToolCall(models.Model):
     decided_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    progress = models.FloatField(
+        null=True, blank=True, help_text="What the server last said of its progress while it ran."
+    )
+    progress_total = models.FloatField(null=True, blank=True)
+    progress_message = models.CharField(max_length=200, blank=True)
     approval_due_at = models.DateTimeField(
         null=True, blank=True, help_text="Asked first: denied if not answered by then."
     )
@@ -148,6 +154,13 @@ class ToolCall(models.Model):
         if self.source and self.source != "built-in":
             said += f" on {self.source}"
         return said
+
+    @property
+    def running_for(self) -> int:
+        """Whole seconds since it started, for the page's live count."""
+        if self.started_at is None:
+            return 0
+        return max(0, int((timezone.now() - self.started_at).total_seconds()))
 
     @property
     def seconds(self) -> float | None:

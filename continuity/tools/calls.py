@@ -16,7 +16,7 @@ from django.db import DatabaseError
 from ..brains import ToolUse
 from .builtin import BUILTIN, BUILTIN_TOOLS, Asker, ToolError
 from .registry import Tool
-from .servers import ToolResult, server_call
+from .servers import Progress, ToolResult, server_call
 
 logger = logging.getLogger(__name__)
 
@@ -57,9 +57,11 @@ def schema_validator(schema: str) -> jsonschema.protocols.Validator | None:
     return kind(loaded)
 
 
-def call_run(tool: Tool, arguments: dict, *, key: str, asker: Asker) -> ToolResult:
+def call_run(
+    tool: Tool, arguments: dict, *, key: str, asker: Asker, progress: Progress | None = None
+) -> ToolResult:
     """Run the call once. A built-in tool that writes our database does it in the caller's
-    transaction."""
+    transaction. `progress` hears what a server says of its progress meanwhile."""
     if tool.source == BUILTIN:
         try:
             return ToolResult(BUILTIN_TOOLS[tool.spec.name].run(asker, arguments), is_error=False)
@@ -70,7 +72,14 @@ def call_run(tool: Tool, arguments: dict, *, key: str, asker: Asker) -> ToolResu
         except Exception as exc:  # the tool's own failure: the model reads it, the message goes on
             logger.exception("Built-in tool %s failed", tool.spec.name)
             return ToolResult(f"The tool failed: {type(exc).__name__}: {exc}", is_error=True)
-    return server_call(tool.location, tool.spec.name, arguments, key=key, timeout=tool.time_limit)
+    return server_call(
+        tool.location,
+        tool.spec.name,
+        arguments,
+        key=key,
+        timeout=tool.time_limit,
+        progress=progress,
+    )
 
 
 def result_cut(text: str) -> tuple[str, bool]:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 import anyio
+import anyio.to_thread
 import httpx2
 from mcp import StdioServerParameters
 from mcp.client import Client
@@ -71,15 +72,34 @@ def server_tools(location: str, *, timeout: float) -> list[ToolSpec]:
         raise ToolServerDown(str(lost)) from lost
 
 
+# What a server says of a call's progress: (progress, total or None, message or "").
+Progress = Callable[[float, float | None, str], None]
+
+
 def server_call(
-    location: str, name: str, arguments: dict, *, key: str, timeout: float
+    location: str,
+    name: str,
+    arguments: dict,
+    *,
+    key: str,
+    timeout: float,
+    progress: Progress | None = None,
 ) -> ToolResult:
     """Call the tool `name` on the server at `location` with `arguments` and the call's
-    idempotency `key`, waiting at most `timeout` seconds for its answer."""
+    idempotency `key`, waiting at most `timeout` seconds for its answer. `progress` hears each
+    progress notification the server sends meanwhile, on a thread of anyio's (the database may
+    be used there, not in the event loop)."""
+
+    async def progressed(done: float, total: float | None, message: str | None) -> None:
+        await anyio.to_thread.run_sync(progress, done, total, message or "")
 
     async def called(client: Client) -> ToolResult:
         result = await client.call_tool(
-            name, arguments, read_timeout_seconds=timeout, meta={IDEMPOTENCY_KEY: key}
+            name,
+            arguments,
+            read_timeout_seconds=timeout,
+            progress_callback=progressed if progress is not None else None,
+            meta={IDEMPOTENCY_KEY: key},
         )
         text = "\n".join(part.text for part in result.content if isinstance(part, TextContent))
         return ToolResult(text=text, is_error=bool(result.is_error))

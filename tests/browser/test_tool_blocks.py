@@ -169,3 +169,23 @@ def test_an_approval_is_asked_on_the_page_and_each_answer_does_what_it_says(page
     )
     assert entries() == {"rent": 1}
     assert_clean_everywhere(page)
+
+
+def test_a_slow_tool_shows_its_progress_and_time_live(page: Page, processes):
+    tools = processes.add(McpServerProcess())
+    servers = ledger_servers_env(tools.url)
+    processes.add(WorkerProcess(CONTINUITY_BRAIN="faulty", CONTINUITY_MCP_SERVERS=servers))
+    web = processes.add(WebProcess())
+    conversation = ConversationFactory(owner=UserFactory())
+    open_chat(page, web, conversation)
+
+    send_from_page(page, tool_trigger("wait", seconds=5))
+
+    progress = page.locator("[data-tool-progress]")
+    expect(progress).to_contain_text(re.compile(r"Waited [1-4] of 5 s"), timeout=20_000)
+    expect(page.locator("[data-running-for]")).to_have_text(re.compile(r"[1-9] s"))
+    assert_clean_everywhere(page)
+    block = page.locator("[data-tool-call]")
+    expect(block).to_have_attribute("data-tool-state", "done", timeout=20_000)
+    expect(block.locator("summary")).to_contain_text("Called wait on ledger · done")
+    expect(page.locator(".bubble.assistant")).to_contain_text("Waited 5 s.")

@@ -71,14 +71,26 @@ export function sameStatus(current, incoming) {
   return counting && Math.abs(end - countdownEnd) < 2000;
 }
 
+// A running tool call shows how long it has run: from the seconds the server counted when it
+// rendered the block, so a client clock that is off does not matter.
+const runningSince = new WeakMap(); // element -> performance.now() when it had run 0 s
+
+function tickToolCalls(now) {
+  for (const el of document.querySelectorAll("[data-running-for]")) {
+    if (!runningSince.has(el)) runningSince.set(el, now - Number(el.dataset.runningFor) * 1000);
+    el.textContent = `${Math.floor((now - runningSince.get(el)) / 1000)} s`;
+  }
+}
+
 // onSlow: called when the hint appears, which may be the only sign that updates were lost.
 export function tickHints(onSlow) {
   const now = performance.now();
   const status = document.getElementById("conversation-status");
   // A countdown at zero ("Picking up again now…") still explains the wait.
   tickCountdown(status, now);
+  tickToolCalls(now);
   const waitExplained = !!status?.querySelector(
-    "[data-paused], [data-resuming], [data-retry], [data-taken-over]",
+    "[data-paused], [data-resuming], [data-retry], [data-taken-over], [data-approval-due], [data-deciding]",
   );
   const hint = document.querySelector("[data-slow-hint]");
   if (!hint) return;
