@@ -8,6 +8,8 @@ from continuity.brains import brain_choices
 from continuity.delivery import message_clean_text
 from continuity.errors import InvalidMessage
 
+from .exports import zone_names
+
 
 class MessageForm(forms.Form):
     text = forms.CharField(
@@ -21,10 +23,17 @@ class MessageForm(forms.Form):
         widget=forms.HiddenInput,
         error_messages={"required": "This form is out of date; reload the page and try again."},
     )
+    # The sender's time zone, as their browser names it (the page's script adds it): what
+    # "tomorrow at 9" means in their reminders. Not one: left unsaid.
+    time_zone = forms.CharField(required=False, max_length=64)
 
     @classmethod
     def blank(cls) -> MessageForm:
         return cls(initial={"client_id": uuid.uuid4()})
+
+    def clean_time_zone(self) -> str:
+        zone = self.cleaned_data["time_zone"]
+        return zone if zone in zone_names() else ""
 
     def clean_text(self) -> str:
         try:

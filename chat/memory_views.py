@@ -11,11 +11,13 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import push_url
 
+from continuity.actions import reminder_cancel
 from continuity.context import memory_fact_forget, memory_fact_revise, memory_facts_of
 from continuity.htmx import HtmxHttpRequest
+from continuity.models import Reminder
 
 from .forms import MemoryFactForm
-from .rendering import FACT_LABELS, fact_label
+from .rendering import FACT_LABELS, fact_label, reminder_when
 from .views import login_required_or_401
 
 PAGE = "chat/memory.html"
@@ -45,7 +47,12 @@ def memory_page(
 ) -> HttpResponse:
     """The page, or only its main part for htmx (which swaps it in place and moves the URL)."""
     template = f"{PAGE}#main" if request.htmx else PAGE
-    context = {"rows": rows, "confirm": confirm, "notice": notice}
+    context = {
+        "rows": rows,
+        "confirm": confirm,
+        "notice": notice,
+        "reminders": reminders_of(request.user),
+    }
     response = render(request, template, context, status=status)
     return push_url(response, request.path) if request.htmx and confirm else response
 
@@ -85,6 +92,30 @@ def memory_fact_edit_view(request: HttpRequest, pk: int) -> HttpResponse:
         return memory_page(request, rows=rows, status=422)
     memory_fact_revise(fact=fact, value=form.cleaned_data["value"])
     return memory_done(request, "Saved. I'll use the new wording from your next message on.")
+
+
+def reminders_of(owner) -> list:
+    """Their reminders still to come, soonest first, each with its time in their own zone."""
+    reminders = list(
+        Reminder.objects.filter(owner=owner, state=Reminder.State.SCHEDULED).select_related(
+            "conversation"
+        )
+    )
+    for reminder in reminders:
+        reminder.when = reminder_when(reminder)
+    return reminders
+
+
+@never_cache
+@require_POST
+@login_required_or_401
+def reminder_cancel_view(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    reminder = get_object_or_404(Reminder.objects.filter(owner=request.user), pk=pk)
+    if reminder_cancel(reminder=reminder):
+        return memory_done(request, "Reminder cancelled.")
+    return memory_done(
+        request, "That reminder was not waiting any more: it came, or was cancelled."
+    )
 
 
 @never_cache

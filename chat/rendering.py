@@ -7,6 +7,7 @@ Content-Security-Policy forbids those."""
 from __future__ import annotations
 
 import re
+from zoneinfo import ZoneInfo
 
 import nh3
 from markdown_it import MarkdownIt
@@ -16,6 +17,8 @@ from pygments.formatters import HtmlFormatter
 from pygments.lexers import get_lexer_by_name
 from pygments.token import STANDARD_TYPES
 from pygments.util import ClassNotFound
+
+from continuity.tools import when_said
 
 ALLOWED_URL_SCHEMES = {"http", "https", "mailto"}
 # No <img>: a browser fetches an image without asking, so a prompt-injected reply could leak
@@ -113,3 +116,8 @@ FACT_LABELS = {
 def fact_label(key: str) -> str:
     """A remembered fact's key as the person reads it."""
     return FACT_LABELS.get(key, key.replace("_", " ").capitalize())
+
+
+def reminder_when(reminder) -> str:
+    """A reminder's time in the zone its owner set it in, said as such."""
+    return when_said(reminder.due_at, ZoneInfo(reminder.time_zone or "UTC"))

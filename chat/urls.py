@@ -77,4 +77,5 @@ urlpatterns = [
     path("memory/<int:pk>/edit/", memory_views.memory_fact_edit_view, name="memory_edit"),
     path("memory/<int:pk>/forget/", memory_views.memory_fact_forget_view, name="memory_forget"),
     path("memory/<int:pk>/delete/", memory_views.memory_fact_delete_view, name="memory_delete"),
+    path("reminders/<int:pk>/cancel/", memory_views.reminder_cancel_view, name="reminder_cancel"),
 ]

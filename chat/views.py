@@ -20,6 +20,7 @@ from django_htmx.http import HttpResponseClientRedirect, trigger_client_event
 
 from continuity.actions import (
     conversation_retry_now,
+    conversation_zone_note,
     dead_letter_retry,
     reply_stop,
     tool_calls_stop,
@@ -112,6 +113,8 @@ def page_context(request: HttpRequest, conversation: Conversation | None, form: 
         "form": form,
     }
     if conversation is not None:
+        if conversation.unread_at is not None:  # what came while its owner was away is read now
+            Conversation.objects.filter(pk=conversation.pk).update(unread_at=None)
         # Read before the exchanges: the page then holds at least everything up to this id.
         context["synced_up_to"] = newest_message_id(conversation=conversation)
         context["resync_ms"] = round(settings.CONTINUITY_PAGE_RESYNC_SECONDS * 1000)
@@ -221,6 +224,7 @@ def conversation_new_view(request: HtmxHttpRequest) -> HttpResponse:
         )
     except ClientIdReused as error:
         return composer_conflict(request, None, form, error)
+    conversation_zone_note(conversation=conversation, zone=form.cleaned_data["time_zone"])
     if request.htmx:
         return HttpResponseClientRedirect(conversation_url(conversation))
     return redirect(conversation_url(conversation))
@@ -255,6 +259,7 @@ def message_send_view(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         )
     except ClientIdReused as error:
         return composer_conflict(request, conversation, form, error)
+    conversation_zone_note(conversation=conversation, zone=form.cleaned_data["time_zone"])
     if not request.htmx:
         return redirect(conversation_url(conversation))
     return render(

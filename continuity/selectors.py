@@ -128,11 +128,14 @@ def sidebar_conversations_of(*, owner) -> QuerySet[Conversation]:
 
 
 EXCHANGES_PAGE = 30
+# An exchange starts at each of the person's messages, and at each message the assistant wrote
+# of its own accord (a reminder come due), which answers nothing.
+EXCHANGE_STARTS = Q(role=Message.Role.USER) | Q(role=Message.Role.ASSISTANT, reply_to__isnull=True)
 
 
 def exchanges_of(*, conversation: Conversation, message_ids: Iterable[int]) -> list[Exchange]:
     """The exchanges of these user messages, hidden ones included (a page removes them)."""
-    messages = conversation.messages.filter(role=Message.Role.USER, pk__in=list(message_ids))
+    messages = conversation.messages.filter(EXCHANGE_STARTS, pk__in=list(message_ids))
     return exchanges_from(messages=messages)
 
 
@@ -157,7 +160,7 @@ def exchanges_page(
 ) -> ExchangesPage:
     """The shown branch's newest EXCHANGES_PAGE exchanges (before message `before`), or every
     one from message `since` on (a search result links into the past)."""
-    shown = conversation.messages.shown().filter(role=Message.Role.USER)
+    shown = conversation.messages.shown().filter(EXCHANGE_STARTS)
     if before is not None:
         shown = shown.filter(pk__lt=before)
     window = shown.filter(pk__gte=since) if since is not None else shown
@@ -212,7 +215,9 @@ def exchanges_from(*, messages: QuerySet[Message]) -> list[Exchange]:
         messages=[
             m
             for m in messages
-            if m.hidden_with_id is None and (m.version_of_id or m.pk in settled_ids)
+            if m.role == Message.Role.USER
+            and m.hidden_with_id is None
+            and (m.version_of_id or m.pk in settled_ids)
         ]
     )
     # A message that no attempt began on has no tool call yet.
@@ -400,7 +405,9 @@ def conversation_status(*, conversation: Conversation) -> dict:
         and conversation.retry_at is not None
     ):
         approval_due = ToolCall.objects.filter(
-            message__conversation_id=conversation.pk, state=ToolCall.State.AWAITING
+            message__conversation_id=conversation.pk,
+            message__state__in=Message.WAITING_STATES,
+            state=ToolCall.State.AWAITING,
         ).aggregate(due=Min("approval_due_at"))["due"]
     return {
         "conversation": conversation,

@@ -29,8 +29,16 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
-from continuity.delivery import REPLY_BOUNDS_SECONDS, Counts, counts_ever
-from continuity.models import WAITING, Conversation, DeadLetter, Message, Run, Worker
+from continuity.delivery import REPLY_BOUNDS_SECONDS, TOOL_BOUNDS_SECONDS, Counts, counts_ever
+from continuity.models import (
+    TOOL_OUTCOMES,
+    WAITING,
+    Conversation,
+    DeadLetter,
+    Message,
+    Run,
+    Worker,
+)
 
 from .selectors import oldest_age, workers_live
 
@@ -88,6 +96,35 @@ def history_metrics() -> Iterator[Metric]:
         value=counts.dead_letters,
     )
     yield reply_metric(counts)
+    yield from tool_metrics(counts)
+
+
+def tool_metrics(counts: Counts) -> Iterator[Metric]:
+    """Tool calls ended, by tool and outcome, and their run times by tool."""
+    calls = CounterMetricFamily(
+        "continuity_tool_calls",
+        "Tool calls ended, by tool and outcome (a call ended again after Run again counts "
+        "again); up to 9 minutes behind.",
+        labels=["tool", "outcome"],
+    )
+    for tool, outcomes in sorted(counts.tool_calls.items()):
+        for outcome in TOOL_OUTCOMES:
+            calls.add_metric([tool, outcome], outcomes.get(outcome, 0))
+    yield calls
+    seconds = HistogramMetricFamily(
+        "continuity_tool_call_seconds",
+        "How long tool calls ran, by tool.",
+        labels=["tool"],
+    )
+    for tool, within in sorted(counts.tool_seconds_within.items()):
+        cumulative = list(accumulate(within))
+        buckets = [
+            (floatToGoString(bound), cumulative[i]) for i, bound in enumerate(TOOL_BOUNDS_SECONDS)
+        ]
+        seconds.add_metric(
+            [tool], [*buckets, ("+Inf", cumulative[-1])], counts.tool_seconds.get(tool, 0.0)
+        )
+    yield seconds
 
 
 def dead_letter_metric() -> Metric:

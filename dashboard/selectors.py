@@ -293,7 +293,7 @@ def waiting_of(*, conversation: Conversation) -> Waiting:
         why = conversation.paused_reason or "Paused"
     elif conversation.answering:
         why = "Its turn: an earlier message is being answered"
-    elif conversation.waiting_for == Conversation.WaitingFor.APPROVAL:
+    elif backing_off and conversation.waiting_for == Conversation.WaitingFor.APPROVAL:
         asked = ToolCall.objects.filter(
             message__conversation=conversation, state=ToolCall.State.AWAITING
         ).values_list("tool", flat=True)

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import dead_letter_views, history_views, takeover_views, views, worker_views
+from . import dead_letter_views, history_views, takeover_views, tools, views, worker_views
 
 app_name = "dashboard"
 urlpatterns = [
@@ -29,6 +29,7 @@ urlpatterns = [
     path("crashes/", views.crashes_view, name="crashes"),
     path("paused/", views.paused_view, name="paused"),
     path("waiting/", views.waiting_view, name="waiting"),
+    path("tools/", tools.tools_view, name="tools"),
     path(
         "conversations/<int:pk>/retry-now/",
         views.conversation_retry_now_view,

@@ -63,6 +63,7 @@ NOT_PAGES = {
     "c/<int:pk>/notes/forget/": ACTION,
     "memory/<int:pk>/edit/": ACTION,
     "memory/<int:pk>/delete/": ACTION,
+    "reminders/<int:pk>/cancel/": ACTION,
     "dashboard/dead-letters/bulk/": ACTION,
     "dashboard/dead-letters/<int:pk>/retry/": ACTION,
     "dashboard/dead-letters/<int:pk>/edit/": ACTION,

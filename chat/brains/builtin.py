@@ -55,8 +55,30 @@ ASK_SEARCH = re.compile(
 FORGET = re.compile(
     r"^\s*(?:please\s+)?forget (?:that |about |my )?(?P<what>[^.!?\n]+)", re.IGNORECASE
 )
+# "remind me in 10 minutes to stretch", "remind me tomorrow at 9 to call Ada", "remind me to
+# water the plants at 18:30".
+REMIND = re.compile(r"\bremind me\b(?P<rest>[^\n]*)", re.IGNORECASE)
+REMIND_IN = re.compile(
+    r"\bin (?P<count>\d+|an?|one|two|three|five|ten|fifteen|twenty|thirty) "
+    r"(?P<unit>sec(?:ond)?s?|min(?:ute)?s?|h(?:ou)?rs?|hours?|days?)\b",
+    re.IGNORECASE,
+)
+REMIND_AT = re.compile(
+    r"\b(?:(?P<day>today|tomorrow)\s+)?at\s+(?P<time>\d{1,2}(?::\d{2})?\s*(?:am|pm)?)"
+    r"|\b(?P<alone>today|tomorrow)\b",
+    re.IGNORECASE,
+)
+REMIND_WHAT = re.compile(r"^\s*(?:to|about|that)\s+", re.IGNORECASE)
+COUNTS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "five": 5, "ten": 10, "fifteen": 15,
+          "twenty": 20, "thirty": 30}  # fmt: skip
+UNIT_MINUTES = {"s": 1 / 60, "m": 1, "h": 60, "d": 24 * 60}
 # Which intent calls which tool (and how the reply reads its result).
-INTENT_TOOLS = {"calculate": "calculate", "search": "search_conversations", "forget": "forget"}
+INTENT_TOOLS = {
+    "calculate": "calculate",
+    "search": "search_conversations",
+    "forget": "forget",
+    "remind": "set_reminder",
+}
 TITLE_WORDS = 8
 GREETING = re.compile(r"^\s*(?:hi|hello|hey|good (?:morning|afternoon|evening))\b", re.I)
 THANKS = re.compile(r"\b(?:thanks|thank you|cheers)\b", re.IGNORECASE)
@@ -166,6 +188,8 @@ class BuiltinBrain:
 
     def plan(self, context: Context) -> dict:
         text = context.text
+        if (match := REMIND.search(text)) and (reminder := reminder_asked(match["rest"])):
+            return {"intent": "remind", "facts": {}, "reminder": reminder}
         if match := FORGET.search(text):
             what = clip(match.group("what"), strip=LOOSE_ENDS)
             return {"intent": "forget", "facts": {}, "forget": what}
@@ -210,6 +234,8 @@ class BuiltinBrain:
             wanted.append(("search_conversations", {"query": plan["topic"]}))
         if plan["intent"] == "forget":
             wanted.append(("forget", {"fact": plan["forget"]}))
+        if plan["intent"] == "remind":
+            wanted.append(("set_reminder", plan["reminder"]))
         return [
             ToolUse(call_id=f"call_{index}", name=name, arguments=arguments)
             for index, (name, arguments) in enumerate(wanted, 1)
@@ -387,6 +413,15 @@ class BuiltinBrain:
             return f"{found.rstrip('.')}."
         return f"I can't forget “{plan['forget']}” from here: use the memory page."
 
+    def reply_remind(self, *, plan: dict, results: dict, **_) -> str:
+        said = results.get("set_reminder")
+        if said is None:
+            return "I can't set reminders right now."
+        if said.startswith("Reminder set for "):
+            when, _, what = said.removeprefix("Reminder set for ").partition(": ")
+            return f"I'll remind you on {when}: {what.rstrip('.')}."
+        return f"I couldn't set that reminder: {said}"
+
     def reply_greet(self, *, name: str | None, goal: str | None, **_) -> str:
         hello = f"Hello, {name}!" if name else "Hello!"
         if goal:
@@ -451,3 +486,25 @@ class BuiltinBrain:
                 if (self.facts_in(sentence) or self.goal_in(sentence)) and line not in lines:
                     lines.append(line)
         return "\n".join(lines) or "(Nothing you stated needed keeping.)"
+
+
+def reminder_asked(rest: str) -> dict | None:
+    """The set_reminder call "remind me …" asks for: when (in minutes, or at a time of the
+    person's day) and what; None without a when or a what."""
+    arguments: dict = {}
+    if found := REMIND_IN.search(rest):
+        count = found["count"].lower()
+        amount = int(count) if count.isdigit() else COUNTS[count]
+        arguments["in_minutes"] = amount * UNIT_MINUTES[found["unit"][0].lower()]
+    elif found := REMIND_AT.search(rest):
+        day = (found["day"] or found["alone"] or "").lower()
+        time_of_day = found["time"] or "9:00"  # "tomorrow" alone: in the morning
+        arguments["at"] = f"{day} {time_of_day}".strip()
+    else:
+        return None
+    what = " ".join(f"{rest[: found.start()]} {rest[found.end() :]}".split())
+    what = clip(REMIND_WHAT.sub("", re.sub(r"\s+(?=[.,!?])", "", what)), 200, strip=LOOSE_ENDS)
+    what = what.rstrip(" .!?")
+    if not what:
+        return None
+    return {"text": what, **arguments}

@@ -19,6 +19,7 @@ from .conversations import (
     conversation_rename,
     conversation_resume,
     conversation_retry_now,
+    conversation_zone_note,
     conversations_resume,
 )
 from .dead_letters import (
@@ -27,6 +28,7 @@ from .dead_letters import (
     dead_letters_discard,
     dead_letters_retry,
 )
+from .reminders import reminder_cancel
 from .replies import reply_stop
 from .takeover import (
     conversation_hand_back,
@@ -46,6 +48,7 @@ __all__ = [
     "conversation_pause",
     "conversation_rename",
     "conversation_resume",
+    "conversation_zone_note",
     "conversation_retry_now",
     "conversation_take_over",
     "conversations_resume",
@@ -55,6 +58,7 @@ __all__ = [
     "dead_letters_retry",
     "message_edit",
     "reply_regenerate",
+    "reminder_cancel",
     "reply_stop",
     "staff_reply",
     "support_name",

@@ -137,3 +137,11 @@ def conversation_brain_set(*, conversation: Conversation, brain: str) -> None:
         raise InvalidMessage(f"“{brain}” is not one of the assistants offered here.")
     Conversation.objects.filter(pk=conversation.pk).update(brain=brain)
     conversation.brain = brain
+
+
+def conversation_zone_note(*, conversation: Conversation, zone: str) -> None:
+    """The time zone the owner's browser named as they wrote (empty: not said): what their
+    reminders' times mean. Written only when it changed."""
+    if zone and zone != conversation.time_zone:
+        Conversation.objects.filter(pk=conversation.pk).update(time_zone=zone)
+        conversation.time_zone = zone

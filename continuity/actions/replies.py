@@ -6,11 +6,12 @@ import logging
 
 from django.db import transaction
 
+from ..delivery.approvals import approvals_deny
 from ..delivery.attempts.finish import reply_store
 from ..delivery.attempts.locking import conversation_lock
 from ..delivery.audit import staff_action_record
 from ..errors import InvalidTransition
-from ..models import Message, Run, StaffAction
+from ..models import Message, Run, StaffAction, ToolCall
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +34,12 @@ def reply_stop(
         run = run.first()
         if run is None:
             raise InvalidTransition(f"No reply is being written to message {message.pk}.")
+        # Calls of this reply that were just recorded to wait for approval: the reply is over.
+        approvals_deny(
+            conversation_id=message.conversation_id,
+            answer=ToolCall.Answer.STOPPED,
+            message_id=message.pk,
+        )
         written = run.reply_chunks.order_by("seq").values_list("text", flat=True)
         reply = reply_store(
             run=run,

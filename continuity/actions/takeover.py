@@ -16,13 +16,14 @@ from django.db import transaction
 from django.db.models.functions import Now
 
 from ..context.handoffs import handoff_revise, section_text
+from ..delivery.approvals import approvals_deny
 from ..delivery.attempts.locking import conversation_lock
 from ..delivery.audit import staff_action_record
 from ..delivery.drains import conversation_enqueue
 from ..delivery.inbox import message_bump
 from ..errors import TAKEN_OVER, InvalidTransition
 from ..live.events import publish_conversation_changed, publish_message_changed
-from ..models import Conversation, Handoff, Message, Run, StaffAction
+from ..models import Conversation, Handoff, Message, Run, StaffAction, ToolCall
 
 logger = logging.getLogger(__name__)
 
@@ -128,6 +129,11 @@ def staff_reply(
     )
     Message.objects.filter(pk=question.pk).update(
         state=Message.State.DONE, version=question.version + 1
+    )
+    approvals_deny(  # its calls that waited for approval: support answered instead
+        conversation_id=conversation.pk,
+        answer=ToolCall.Answer.SUPPORT_ANSWERED,
+        message_id=question.pk,
     )
     staff_action_record(
         kind=StaffAction.Kind.STAFF_REPLY,

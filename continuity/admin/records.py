@@ -137,6 +137,8 @@ class ConversationAdmin(admin.ModelAdmin):
         "client_id",
         "enqueued_at",
         "archived_at",
+        "unread_at",
+        "time_zone",
         "created_at",
         "updated_at",
         "branch_changes",

@@ -16,6 +16,7 @@ from .heartbeats import heartbeat_ttl, stale_before
 from .history import (
     BUCKET,
     REPLY_BOUNDS_SECONDS,
+    TOOL_BOUNDS_SECONDS,
     Counts,
     History,
     bucket_start,
@@ -26,11 +27,13 @@ from .history import (
 from .inbox import conversation_start, message_accept, message_clean_text
 from .redis_connection import redis_client
 from .retention import retention_prune, working_state_prune
+from .tool_servers import tool_servers_check
 from .watchdog import watchdog_tick
 
 __all__ = [
     "BUCKET",
     "REPLY_BOUNDS_SECONDS",
+    "TOOL_BOUNDS_SECONDS",
     "Counts",
     "History",
     "alerts_reach_someone",
@@ -47,6 +50,7 @@ __all__ = [
     "redis_client",
     "retention_prune",
     "stale_before",
+    "tool_servers_check",
     "watchdog_tick",
     "working_state_prune",
 ]

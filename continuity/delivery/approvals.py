@@ -14,7 +14,7 @@ from datetime import timedelta
 from functools import partial
 
 from django.conf import settings
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.db.models import Min
 from django.db.models.functions import Now
 
@@ -42,6 +42,7 @@ def denial_said(answer: str) -> str:
         Answer.STOPPED: "Not run: the person pressed Stop. Do not ask for it again in this reply.",
         Answer.TIMED_OUT: f"Not approved in time: the person did not answer within {minutes:g} "
         "minutes, so it was not run.",
+        Answer.SUPPORT_ANSWERED: "Not run: support answered the person instead.",
     }[answer]
 
 
@@ -72,6 +73,18 @@ def calls_await(*, run: Run, calls: list[ToolCall]) -> None:
                 message_id=run.message_id, state=Message.State.QUEUED, attempts=run.attempt - 1
             )
         )
+        if (
+            Message.objects.waiting()
+            .filter(conversation_id=run.conversation_id, pk__gt=run.message_id)
+            .exists()
+        ):
+            # The person wrote again before the question reached them (the round had just
+            # committed its calls): they moved on, as if they had written a moment later.
+            approvals_deny(
+                conversation_id=run.conversation_id,
+                answer=Answer.MOVED_ON,
+                message_id=run.message_id,
+            )
         due = ToolCall.objects.filter(
             message_id=run.message_id, state=ToolCall.State.AWAITING
         ).aggregate(due=Min("approval_due_at"))["due"]
@@ -111,19 +124,21 @@ def calls_answer(*, awaiting, answer: str, by=None) -> list[ToolCall]:
 
 
 def conversation_goes_on(conversation_id: int) -> bool:
-    """Inside the transaction of an answer: once none of its calls awaits, a conversation that
-    waited for one goes on at once. Whether it does."""
+    """Inside the transaction of an answer: once none of its waiting messages' calls awaits, a
+    conversation that waited for one goes on at once (one paused or taken over meanwhile only
+    forgets the wait: resumed or handed back, it goes on then). Whether nothing awaits."""
     if ToolCall.objects.filter(
-        message__conversation_id=conversation_id, state=ToolCall.State.AWAITING
+        message__conversation_id=conversation_id,
+        message__state__in=Message.WAITING_STATES,
+        state=ToolCall.State.AWAITING,
     ).exists():
         return False
     waited = Conversation.objects.filter(
-        pk=conversation_id,
-        state=Conversation.State.ACTIVE,
-        waiting_for=Conversation.WaitingFor.APPROVAL,
-    ).update(retry_at=None, waiting_for="")
-    if waited:
+        pk=conversation_id, waiting_for=Conversation.WaitingFor.APPROVAL
+    )
+    if waited.filter(state=Conversation.State.ACTIVE).update(retry_at=None, waiting_for=""):
         transaction.on_commit(partial(conversation_enqueue, conversation_id=conversation_id))
+    waited.update(waiting_for="")
     return True
 
 
@@ -149,7 +164,8 @@ def approvals_expire(*, message_id: int | None = None) -> int:
     due = ToolCall.objects.filter(state=ToolCall.State.AWAITING, approval_due_at__lte=Now())
     if message_id is not None:
         due = due.filter(message_id=message_id)
-    for conversation_id in set(due.values_list("message__conversation_id", flat=True)):
+
+    def expire(conversation_id: int) -> int:
         with transaction.atomic():
             conversation_lock(conversation_id)
             answered = calls_answer(
@@ -159,7 +175,13 @@ def approvals_expire(*, message_id: int | None = None) -> int:
             if answered:
                 conversation_goes_on(conversation_id)
                 transaction.on_commit(partial(answered_publish, conversation_id, answered))
-        expired += len(answered)
+        return len(answered)
+
+    for conversation_id in set(due.values_list("message__conversation_id", flat=True)):
+        try:  # one conversation that cannot be written must not hold up the others
+            expired += expire(conversation_id)
+        except DatabaseError:
+            logger.exception("Approvals of conversation %s not expired", conversation_id)
     if expired:
         logger.info("%s tool call(s) not approved in time were denied", expired)
     return expired

@@ -17,7 +17,7 @@ from django.db.models import Count, F, Max, Min, Q, Sum, Value
 from django.db.models.functions import Greatest
 
 from ..database.clock import database_now
-from ..models import DeadLetter, HistoryBucket, Message, Recovery, Run
+from ..models import DeadLetter, HistoryBucket, Message, Recovery, Run, ToolCall
 
 logger = logging.getLogger(__name__)
 
@@ -37,8 +37,43 @@ REPLY_BOUNDS_SECONDS = (
 )  # fmt: skip
 
 
+# The bounds (seconds) of a tool call's run time, counted per bucket and tool.
+TOOL_BOUNDS_SECONDS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+# The label of calls of a tool that was not offered (the model named one that does not
+# exist): never the model's own words, which would make a series per word.
+UNKNOWN_TOOL = "(unknown)"
+
+
 def zeros() -> list[int]:
     return [0] * (len(REPLY_BOUNDS_SECONDS) + 1)
+
+
+def added(mine: dict, theirs: dict, add) -> dict:
+    """Two per-key dicts summed, each key's values by `add`."""
+    return {
+        key: add(mine[key], theirs[key])
+        if key in mine and key in theirs
+        else mine.get(key, theirs.get(key))
+        for key in mine.keys() | theirs.keys()
+    }
+
+
+def counts_added(mine: dict[str, int], theirs: dict[str, int]) -> dict[str, int]:
+    return added(mine, theirs, lambda a, b: a + b)
+
+
+def quantile(bounds: tuple, within: list[int], fraction: float) -> float | None:
+    """The value within which `fraction` of the counted fall, interpolated within its bound
+    as Prometheus' histogram_quantile does; None when nothing was counted."""
+    total = sum(within)
+    if not total:
+        return None
+    rank, seen, lower = fraction * total, 0, 0.0
+    for upper, count in zip(bounds, within, strict=False):
+        if count and seen + count >= rank:
+            return lower + (upper - lower) * (rank - seen) / count
+        seen, lower = seen + count, upper
+    return bounds[-1]  # beyond the last bound: at least that
 
 
 @dataclass
@@ -52,6 +87,10 @@ class Counts:
     attempts: dict[str, int] = field(default_factory=dict)
     recoveries: int = 0
     dead_letters: int = 0
+    # Tool calls ended, by tool, then outcome; their run times, by tool (sum, and per bound).
+    tool_calls: dict[str, dict[str, int]] = field(default_factory=dict)
+    tool_seconds: dict[str, float] = field(default_factory=dict)
+    tool_seconds_within: dict[str, list[int]] = field(default_factory=dict)
 
     def __add__(self, other: Counts) -> Counts:
         return Counts(
@@ -66,6 +105,13 @@ class Counts:
             },
             recoveries=self.recoveries + other.recoveries,
             dead_letters=self.dead_letters + other.dead_letters,
+            tool_calls=added(self.tool_calls, other.tool_calls, counts_added),
+            tool_seconds=added(self.tool_seconds, other.tool_seconds, lambda a, b: a + b),
+            tool_seconds_within=added(
+                self.tool_seconds_within,
+                other.tool_seconds_within,
+                lambda a, b: [x + y for x, y in zip(a, b, strict=True)],
+            ),
         )
 
     @property
@@ -77,16 +123,9 @@ class Counts:
         return self.attempts.get(Run.State.INTERRUPTED, 0)
 
     def reply_quantile(self, fraction: float) -> float | None:
-        """The time within which `fraction` of the replies came, in seconds, interpolated
-        within its bound as Prometheus' histogram_quantile does; None without replies."""
-        if not self.answered:
-            return None
-        rank, seen, lower = fraction * self.answered, 0, 0.0
-        for upper, count in zip(REPLY_BOUNDS_SECONDS, self.replies_within, strict=False):
-            if count and seen + count >= rank:
-                return lower + (upper - lower) * (rank - seen) / count
-            seen, lower = seen + count, upper
-        return REPLY_BOUNDS_SECONDS[-1]  # beyond the last bound: at least that
+        """The time within which `fraction` of the replies came, in seconds; None without
+        replies."""
+        return quantile(REPLY_BOUNDS_SECONDS, self.replies_within, fraction)
 
     @classmethod
     def of(cls, bucket: HistoryBucket) -> Counts:
@@ -139,6 +178,7 @@ def counts_between(start: datetime, end: datetime) -> Counts:
         .values_list("state", "n")
     )
     return Counts(
+        **tool_counts_between(start, end),
         answered=replies["answered"],
         reply_seconds=replies["total"].total_seconds() if replies["total"] else 0.0,
         replies_within=[replies[f"within_{i}"] for i in range(len(within))] + [replies["beyond"]],
@@ -146,6 +186,44 @@ def counts_between(start: datetime, end: datetime) -> Counts:
         recoveries=Recovery.objects.filter(resumed_at__gte=start, resumed_at__lt=end).count(),
         dead_letters=DeadLetter.objects.filter(created_at__gte=start, created_at__lt=end).count(),
     )
+
+
+def tool_counts_between(start: datetime, end: datetime) -> dict:
+    """The tool calls that ended in [start, end): by tool and outcome, and their run times."""
+    ended = ToolCall.objects.filter(ended_at__gte=start, ended_at__lt=end)
+    calls: dict[str, dict[str, int]] = {}
+    rows = ended.values_list("tool", "source", "state", "timed_out").annotate(n=Count("pk"))
+    for tool, source, state, timed_out, n in rows:
+        outcome = "timeout" if state == ToolCall.State.ERROR and timed_out else state
+        by_outcome = calls.setdefault(tool if source else UNKNOWN_TOOL, {})
+        by_outcome[outcome] = by_outcome.get(outcome, 0) + n
+    took = Greatest(F("ended_at") - F("started_at"), Value(timedelta(0)))
+    bounds = [timedelta(seconds=bound) for bound in TOOL_BOUNDS_SECONDS]
+    within = [
+        Q(took__lte=upper) & (Q(took__gt=lower) if lower is not None else Q())
+        for lower, upper in zip([None, *bounds], bounds, strict=False)
+    ]
+    timed = (  # only the calls that ran to their end (a skipped one ends at a decision)
+        ended.filter(
+            state__in=[ToolCall.State.DONE, ToolCall.State.ERROR], started_at__isnull=False
+        )
+        .exclude(source="")
+        .annotate(took=took)
+        .values("tool")
+        .annotate(
+            total=Sum("took"),
+            beyond=Count("pk", filter=Q(took__gt=bounds[-1])),
+            **{f"within_{i}": Count("pk", filter=q) for i, q in enumerate(within)},
+        )
+    )
+    return {
+        "tool_calls": calls,
+        "tool_seconds": {row["tool"]: row["total"].total_seconds() for row in timed},
+        "tool_seconds_within": {
+            row["tool"]: [row[f"within_{i}"] for i in range(len(within))] + [row["beyond"]]
+            for row in timed
+        },
+    }
 
 
 def queue_depth() -> int:

@@ -7,7 +7,7 @@ import uuid
 from functools import partial
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import DatabaseError, IntegrityError, transaction
 
 from .. import store
 from ..errors import ClientIdReused, InvalidMessage
@@ -77,9 +77,14 @@ def message_queue(*, conversation_id: int, text: str, **fields) -> Message:
 
 
 def approvals_moved_on(conversation_id: int) -> None:
-    with transaction.atomic():
-        conversation_lock(conversation_id)
-        approvals_deny(conversation_id=conversation_id, answer=ToolCall.Answer.MOVED_ON)
+    """After the new message committed: a database that fails here leaves the calls to their
+    deadline, and the message (stored already) is not refused."""
+    try:
+        with transaction.atomic():
+            conversation_lock(conversation_id)
+            approvals_deny(conversation_id=conversation_id, answer=ToolCall.Answer.MOVED_ON)
+    except DatabaseError:
+        logger.exception("Calls waiting in conversation %s not denied", conversation_id)
 
 
 def same_text_or_refuse(existing: Message, text: str) -> Message:

@@ -22,7 +22,7 @@ from functools import partial
 from threading import Event
 
 from django.db import DatabaseError, connection, transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.db.models.functions import Now
 from django.utils import timezone
 
@@ -40,7 +40,16 @@ from ..live.events import publish_conversation_changed, publish_message_changed
 from ..models import Conversation, Message, Run, ToolCall
 from ..ops.faults import fault_point
 from ..store import messages, runs
-from ..tools import BUILTIN, BUILTIN_TOOLS, Asker, Toolbox, arguments_problem, call_run, result_cut
+from ..tools import (
+    BUILTIN,
+    BUILTIN_TOOLS,
+    Asker,
+    Toolbox,
+    arguments_problem,
+    call_run,
+    result_cut,
+    server_down_note,
+)
 from .approvals import approval_due_at, approvals_expire, calls_await, tools_allowed_here
 from .attempts.locking import conversation_lock, run_lock_owned
 from .drains import conversation_enqueue
@@ -217,13 +226,16 @@ def call_execute(*, run: Run, call: ToolCall, box: Toolbox, asker: Asker, stoppe
             asker=asker,
             progress=progress_recorder(run=run, call=call),
         )
-    except ToolServerDown:
+    except ToolServerDown as down:
         # Never sent: nothing happened, and the next attempt sends it as if for the first time.
         ToolCall.objects.filter(pk=call.pk, state=ToolCall.State.RUNNING).update(
             state=ToolCall.State.PENDING, runs=F("runs") - 1
         )
+        server_down_note(tool.source, tool.location, str(down))
         raise
     except ToolCallLost as lost:
+        if lost.timed_out:
+            ToolCall.objects.filter(pk=call.pk).update(timed_out=True)
         if lost.timed_out and call.runs_again_safely:
             # Past its time limit: ended, not sent again, and the model reads why.
             said = (
@@ -258,9 +270,14 @@ def progress_recorder(*, run: Run, call: ToolCall):
         last[0] = now
         try:
             with transaction.atomic():
-                updated = ToolCall.objects.filter(
-                    pk=call.pk, state=ToolCall.State.RUNNING, runs=call.runs
-                ).update(progress=done, progress_total=total, progress_message=said[:200])
+                # Notifications may be heard out of order: a later word never goes back.
+                updated = (
+                    ToolCall.objects.filter(
+                        pk=call.pk, state=ToolCall.State.RUNNING, runs=call.runs
+                    )
+                    .filter(Q(progress__isnull=True) | Q(progress__lte=done))
+                    .update(progress=done, progress_total=total, progress_message=said[:200])
+                )
                 if updated:
                     message_changed(run)
         except DatabaseError:

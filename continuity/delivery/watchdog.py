@@ -22,6 +22,7 @@ from .attempts.lease import waiting_messages
 from .drains import conversation_enqueue, drains_waiting
 from .heartbeats import stale_run_ids
 from .redis_connection import redis_client
+from .reminders import reminders_deliver
 from .workers import current_incarnation, process_gone
 
 logger = logging.getLogger(__name__)
@@ -76,6 +77,7 @@ def watchdog_tick(
     stale = stale_run_ids(Run.objects.all()) if reap else []
     reaped = runs_reap(run_ids=stale, detected_by=detected_by)
     approvals_expire()  # before the due conversations are read: theirs go on now
+    reminders_deliver()
     due = due_conversation_ids()
     if due and not broker_reachable():
         # Each send would wait out its publish retries: try them all on a later sweep instead.

@@ -24,7 +24,15 @@ from .conversations import (
     MessageQuerySet,
 )
 from .operations import Alert, CrashRecord, DeadLetter, HistoryBucket, StaffAction, Worker
-from .tools import McpServer, ToolAllowance, ToolCall, ToolPolicy
+from .reminders import Reminder
+from .tools import (
+    TOOL_OUTCOMES,
+    McpServer,
+    ToolAllowance,
+    ToolCall,
+    ToolPolicy,
+    ToolServerStatus,
+)
 
 __all__ = [
     "ANSWERED_QUESTION",
@@ -43,14 +51,17 @@ __all__ = [
     "Message",
     "MessageQuerySet",
     "Recovery",
+    "Reminder",
     "ReplyChunk",
     "Run",
     "RunContext",
     "StaffAction",
     "Summary",
+    "TOOL_OUTCOMES",
     "ToolAllowance",
     "ToolCall",
     "ToolPolicy",
+    "ToolServerStatus",
     "Worker",
     "handoff_markdown",
     "sections_lines",

@@ -74,6 +74,18 @@ class Conversation(models.Model):
         blank=True,
         help_text="Archived by its owner: out of the sidebar, still answered and searchable.",
     )
+    time_zone = models.CharField(
+        max_length=64,
+        blank=True,
+        help_text="Its owner's time zone, as their browser last named it: what their reminders' "
+        "times mean. Empty: UTC.",
+    )
+    unread_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="Something came while its owner was away (a reminder): the sidebar marks it "
+        "until they open it.",
+    )
     taken_over_by = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         null=True,

@@ -94,6 +94,7 @@ class Alert(models.Model):
         CONVERSATION_PAUSED = "conversation_paused", "Conversation paused"
         MODEL_UNAVAILABLE = "model_unavailable", "Model server unavailable"
         MODEL_MISSING = "model_missing", "Model not on its server"
+        TOOL_SERVER_DOWN = "tool_server_down", "Tool server unreachable"
 
     kind = models.CharField(max_length=32, choices=Kind.choices)
     conversation = models.ForeignKey(
@@ -213,6 +214,15 @@ class HistoryBucket(models.Model):
     attempts = models.JSONField(default=dict, help_text="Attempts ended, by outcome.")
     recoveries = models.PositiveIntegerField(default=0)
     dead_letters = models.PositiveIntegerField(default=0)
+    tool_calls = models.JSONField(
+        default=dict, help_text="Tool calls ended, by tool, then by outcome (TOOL_OUTCOMES)."
+    )
+    tool_seconds = models.JSONField(default=dict, help_text="Their run times, by tool.")
+    tool_seconds_within = models.JSONField(
+        default=dict,
+        help_text="Their runs per bound of history.TOOL_BOUNDS_SECONDS, by tool (the last: "
+        "beyond them).",
+    )
     queue_depth = models.PositiveIntegerField(
         null=True, blank=True, help_text="The most messages waiting at one sample."
     )

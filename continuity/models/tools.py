@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 
 from django.conf import settings
+from django.core.validators import MinValueValidator
 from django.db import models
 from django.utils import timezone
 
@@ -17,7 +18,13 @@ TOOL_LABELS = {
     "remember": ("Remembering a fact", "Remembered a fact"),
     "forget": ("Forgetting a fact", "Forgot a fact"),
     "calculate": ("Calculating", "Calculated"),
+    "set_reminder": ("Setting a reminder", "Set a reminder"),
 }
+
+
+# How a call ended, as the console and /metrics count it: its state, and an error past its
+# time limit apart.
+TOOL_OUTCOMES = ("done", "error", "timeout", "in_doubt", "skipped", "denied", "expired")
 
 
 class ToolCall(models.Model):
@@ -53,6 +60,7 @@ class ToolCall(models.Model):
         MOVED_ON = "moved_on", "Denied: a new message was sent"
         STOPPED = "stopped", "Denied: Stop was pressed"
         TIMED_OUT = "timed_out", "Not approved in time"
+        SUPPORT_ANSWERED = "support_answered", "Denied: support answered instead"
 
     class Decision(models.TextChoices):
         NONE = "", "None"
@@ -93,6 +101,9 @@ class ToolCall(models.Model):
     result_cut = models.BooleanField(
         default=False, help_text="The result was longer than CONTINUITY_TOOL_RESULT_BYTES."
     )
+    timed_out = models.BooleanField(
+        default=False, help_text="It ran past its time limit (then ended as an error, or in doubt)."
+    )
     decision = models.CharField(
         max_length=16, choices=Decision.choices, blank=True, default=Decision.NONE
     )
@@ -130,6 +141,8 @@ class ToolCall(models.Model):
                 condition=models.Q(state="in_doubt"),
                 name="tool_call_in_doubt",
             ),
+            # The console's Tools page: the calls of the last day or week.
+            models.Index(fields=["created_at"], name="tool_call_created"),
             # The few awaiting an answer: the Waiting page, and the sweep that ends them at
             # their deadline.
             models.Index(
@@ -154,6 +167,13 @@ class ToolCall(models.Model):
         if self.source and self.source != "built-in":
             said += f" on {self.source}"
         return said
+
+    @property
+    def outcome(self) -> str:
+        """How it ended, as the console and /metrics count it (TOOL_OUTCOMES)."""
+        if self.state == self.State.ERROR and self.timed_out:
+            return "timeout"
+        return self.state
 
     @property
     def running_for(self) -> int:
@@ -198,6 +218,7 @@ class McpServer(models.Model):
     time_limit = models.PositiveIntegerField(
         null=True,
         blank=True,
+        validators=[MinValueValidator(1)],
         help_text="Seconds a call of its tools may take (a tool's policy may say otherwise); "
         "empty: CONTINUITY_TOOL_TIMEOUT.",
     )
@@ -240,7 +261,10 @@ class ToolPolicy(models.Model):
         max_length=16, choices=Approval.choices, default=Approval.IF_DESTRUCTIVE
     )
     time_limit = models.PositiveIntegerField(
-        null=True, blank=True, help_text="Seconds a call may take; empty: the server's."
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="Seconds a call may take; empty: the server's.",
     )
 
     class Meta:
@@ -277,3 +301,24 @@ class ToolAllowance(models.Model):
 
     def __str__(self) -> str:
         return f"{self.source}: {self.tool} in conversation {self.conversation_id}"
+
+
+class ToolServerStatus(models.Model):
+    """Whether an MCP server answers, as the whole deployment saw it: a worker that finds it
+    unreachable marks it down; the watchdog asks it again, raises one alert once it has been
+    down for CONTINUITY_TOOL_SERVER_ALERT_SECONDS, and clears both when it answers."""
+
+    name = models.CharField(max_length=64, unique=True)
+    location = models.CharField(max_length=500)
+    down_since = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    checked_at = models.DateTimeField(null=True, blank=True, help_text="The watchdog's last ask.")
+    alert = models.ForeignKey(
+        "continuity.Alert", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        verbose_name_plural = "tool server statuses"
+
+    def __str__(self) -> str:
+        return f"{self.name}: {'down' if self.down_since else 'up'}"

@@ -147,6 +147,10 @@ CONTINUITY_TOOL_RESULT_BYTES = env("CONTINUITY_TOOL_RESULT_BYTES", 16384)
 CONTINUITY_TOOL_ARGUMENT_BYTES = env("CONTINUITY_TOOL_ARGUMENT_BYTES", 16384)
 # How long an MCP tool may take to answer before its call is lost (and in doubt).
 CONTINUITY_TOOL_TIMEOUT = env("CONTINUITY_TOOL_TIMEOUT", 60.0)
+# An MCP server unreachable for this long raises one alert (cleared when it answers again).
+CONTINUITY_TOOL_SERVER_ALERT_SECONDS = env("CONTINUITY_TOOL_SERVER_ALERT_SECONDS", 60)
+# A reminder delivered later than this after its time says it is late (nothing ran then).
+CONTINUITY_REMINDER_LATE_SECONDS = env("CONTINUITY_REMINDER_LATE_SECONDS", 60)
 # How long a tool call that asks first waits for the person's answer before it is denied.
 CONTINUITY_APPROVAL_SECONDS = env("CONTINUITY_APPROVAL_SECONDS", 900)
 # MCP servers besides those staff register in the admin: a JSON list of objects, each with a

@@ -5,9 +5,9 @@ know."""
 
 from __future__ import annotations
 
-from .builtin import BUILTIN, BUILTIN_TOOLS, Asker, ToolError
+from .builtin import BUILTIN, BUILTIN_TOOLS, Asker, ToolError, when_said
 from .calls import arguments_problem, call_run, result_cut
-from .registry import Tool, Toolbox, toolbox, tools_forget
+from .registry import Tool, Toolbox, server_down_note, toolbox, tools_forget
 from .servers import IDEMPOTENCY_KEY, ToolResult, server_call, server_tools, spec_of
 
 __all__ = [
@@ -23,8 +23,10 @@ __all__ = [
     "call_run",
     "result_cut",
     "server_call",
+    "server_down_note",
     "server_tools",
     "spec_of",
     "toolbox",
     "tools_forget",
+    "when_said",
 ]

@@ -11,12 +11,16 @@ from __future__ import annotations
 import ast
 import math
 import operator
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime, timedelta
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from ..brains import ToolSpec
 from ..context.memory import memory_fact_forget, memory_remember
-from ..models import MemoryFact, Message
+from ..database.clock import database_now
+from ..models import Conversation, MemoryFact, Message, Reminder
 from ..words import clip
 
 BUILTIN = "built-in"
@@ -152,6 +156,87 @@ def evaluated(node: ast.AST) -> int | float:
     raise ValueError("only numbers, + − × ÷ // % ** and brackets")
 
 
+# How far ahead a reminder may be set.
+LONGEST_WAIT = timedelta(days=366)
+# "09:00", "9 am", "tomorrow 9:30", "today at 17:00", "2026-12-01 09:00", "2026-12-01T09:00".
+AT = re.compile(
+    r"^\s*(?:(?P<day>today|tomorrow)\s+|(?P<date>\d{4}-\d{2}-\d{2})[t\s]+)?(?:at\s+)?"
+    r"(?P<hour>\d{1,2})(?::(?P<minute>\d{2}))?(?::\d{2})?\s*(?P<half>am|pm)?\s*$",
+    re.IGNORECASE,
+)
+
+
+def person_zone(conversation_id: int) -> ZoneInfo:
+    """The time zone the person's browser last named in this conversation; UTC if none."""
+    name = Conversation.objects.filter(pk=conversation_id).values_list("time_zone", flat=True)
+    try:
+        return ZoneInfo(name.first() or "UTC")
+    except (ZoneInfoNotFoundError, ValueError):
+        return ZoneInfo("UTC")
+
+
+def reminder_due(arguments: dict, *, now: datetime, zone: ZoneInfo) -> datetime:
+    """When the reminder is due: `in_minutes` from now, or `at` a time of the person's day
+    (today's if it is still ahead, else tomorrow's, unless a day or a date is said)."""
+    minutes, at = arguments.get("in_minutes"), str(arguments.get("at") or "").strip()
+    if minutes is not None and not at:
+        if not isinstance(minutes, (int, float)) or not 0 < minutes <= LONGEST_WAIT / timedelta(
+            minutes=1
+        ):
+            raise ToolError("Give in_minutes as a number of minutes from now, at most a year.")
+        return now + timedelta(minutes=minutes)
+    match = AT.match(at)
+    if match is None:
+        raise ToolError(
+            "Say when: in_minutes, or at as HH:MM, “tomorrow HH:MM” or “YYYY-MM-DD HH:MM” "
+            "(the person's own time)."
+        )
+    hour, minute = int(match["hour"]), int(match["minute"] or 0)
+    if match["half"]:
+        if not 1 <= hour <= 12:
+            raise ToolError(f"“{at}” is not a time of day.")
+        hour = hour % 12 + (12 if match["half"].lower() == "pm" else 0)
+    local_now = now.astimezone(zone)
+    try:
+        day = (
+            datetime.strptime(match["date"], "%Y-%m-%d").date()
+            if match["date"]
+            else local_now.date() + timedelta(days=int((match["day"] or "").lower() == "tomorrow"))
+        )
+        due = datetime(day.year, day.month, day.day, hour, minute, tzinfo=zone)
+    except ValueError:
+        raise ToolError(f"“{at}” is not a time of day.") from None
+    if not (match["day"] or match["date"]) and due <= local_now:
+        due += timedelta(days=1)  # a time already past today: tomorrow's
+    if due <= local_now:
+        raise ToolError(f"{due:%Y-%m-%d %H:%M} has passed already, in {zone.key}.")
+    if due - local_now > LONGEST_WAIT:
+        raise ToolError("A reminder may be set at most a year ahead.")
+    return due
+
+
+def when_said(moment: datetime, zone: ZoneInfo) -> str:
+    """A moment in the person's own time: "Mon 30 Nov, 09:00 (Europe/Lisbon)"."""
+    local = moment.astimezone(zone)
+    return f"{local:%a} {local.day} {local:%b %Y}, {local:%H:%M} ({zone.key})"
+
+
+def set_reminder(asker: Asker, arguments: dict) -> str:
+    text = str(arguments.get("text", "")).strip()
+    if not text:
+        raise ToolError("Say what to remind the person of.")
+    zone = person_zone(asker.conversation_id)
+    due = reminder_due(arguments, now=database_now(), zone=zone)
+    Reminder.objects.create(
+        owner_id=asker.owner_id,
+        conversation_id=asker.conversation_id,
+        text=text[:LONGEST_TEXT],
+        due_at=due,
+        time_zone=zone.key,
+    )
+    return f"Reminder set for {when_said(due, zone)}: {text}"
+
+
 # Every text argument has a bound: a server that constrains a call to its schema (llama.cpp's)
 # then ends the call there, where an unbounded string ran on until the window was full.
 LONGEST_TEXT = 500
@@ -211,6 +296,32 @@ BUILTIN_TOOLS = {
                 open_world=False,
             ),
             forget,
+        ),
+        BuiltinTool(
+            ToolSpec(
+                name="set_reminder",
+                description="Remind the person of something later: a message from you appears "
+                "in this conversation at that time. Times are the person's own local time.",
+                input_schema={
+                    "type": "object",
+                    "properties": {
+                        "text": text("What to remind them of, e.g. call the dentist."),
+                        "in_minutes": {
+                            "type": "number",
+                            "description": "Minutes from now (for “in 10 minutes”).",
+                        },
+                        "at": text(
+                            "Or when, in their time: HH:MM, “tomorrow HH:MM” or "
+                            "“YYYY-MM-DD HH:MM”.",
+                            40,
+                        ),
+                    },
+                    "required": ["text"],
+                },
+                destructive=False,
+                open_world=False,
+            ),
+            set_reminder,
         ),
         BuiltinTool(
             ToolSpec(

@@ -17,13 +17,15 @@ from dataclasses import dataclass, field, replace
 
 from django.conf import settings
 from django.core.signals import setting_changed
+from django.db import DatabaseError, IntegrityError, transaction
+from django.db.models.functions import Now
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 from mcp.client.subscriptions import ListenNotSupportedError
 
 from ..brains import ToolSpec
 from ..errors import ToolServerDown
-from ..models import McpServer, ToolPolicy
+from ..models import McpServer, ToolPolicy, ToolServerStatus
 from .builtin import BUILTIN, BUILTIN_TOOLS
 from .servers import server_tools, tools_changes
 
@@ -239,6 +241,33 @@ def registry_changed(**kwargs) -> None:
     tools_forget()
 
 
+# A process says a server is down at most this often: its every round would otherwise write.
+DOWN_NOTED_EVERY_SECONDS = 10.0
+_down_noted: dict[str, float] = {}
+
+
+def server_down_note(name: str, location: str, error: str) -> None:
+    """The server could not be reached: marked down for the whole deployment (the watchdog
+    asks it again, and alerts when it stays down). A database that cannot store it loses
+    only the alert's timing."""
+    if (
+        time.monotonic() - _down_noted.get(name, -DOWN_NOTED_EVERY_SECONDS)
+        < DOWN_NOTED_EVERY_SECONDS
+    ):
+        return
+    _down_noted[name] = time.monotonic()
+    try:
+        with transaction.atomic():
+            ToolServerStatus.objects.get_or_create(name=name, defaults={"location": location})
+        ToolServerStatus.objects.filter(name=name, down_since__isnull=True).update(
+            down_since=Now(), location=location, last_error=error[:2000]
+        )
+    except IntegrityError:
+        pass  # another process marked it at the same moment
+    except DatabaseError:
+        logger.warning("MCP server %s down, and not marked so", name, exc_info=True)
+
+
 def hinted(spec: ToolSpec, hints: dict) -> ToolSpec:
     """The spec with the admin's overrides of its hints."""
     overrides = {hint: bool(value) for hint, value in hints.items() if hint in HINTS}
@@ -256,6 +285,7 @@ def toolbox() -> Toolbox:
         except ToolServerDown as exc:
             logger.warning("MCP server %s left out of this round: %s", server.name, exc)
             down.append(server.name)
+            server_down_note(server.name, server.location, str(exc))
             continue
         for spec in specs:
             if (server.allowed and spec.name not in server.allowed) or spec.name in tools:

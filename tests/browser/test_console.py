@@ -363,3 +363,29 @@ def test_the_history_charts_show_what_the_watchdog_counted(browser, processes):
     staff.get_by_role("link", name="7 days").click()
     expect(answered).to_contain_text("Messages answered: 2 over the last 7 days")
     assert_accessible(staff)
+
+
+def test_the_tools_page_shows_each_tools_calls_and_links_its_failures(browser, processes):
+    from continuity.models import ToolCall
+
+    site = processes.add(WebProcess())
+    chat = ConversationFactory(title="Ledger")
+    message = Message.objects.create(conversation=chat, text="Append rent", state="done")
+    for position, state in enumerate(["done", "done", "error", "in_doubt", "denied"]):
+        ToolCall.objects.create(
+            message=message, round=1, position=position, call_id=f"c{position}",
+            tool="ledger_append", source="ledger", state=state, started_at=Now(), ended_at=Now(),
+            result="The server said no." if state == "error" else "",
+        )  # fmt: skip
+    staff = page_of(browser, site, "opal", is_staff=True)
+
+    staff.goto(f"{site.url}/dashboard/")
+    staff.get_by_role("link", name="Tools").click()
+    row = staff.locator('[data-tool="ledger_append"]')
+    expect(row.locator("[data-calls]")).to_have_text("5")
+    expect(row.locator("[data-errors]")).to_have_text("1")
+    expect(row.locator("[data-in-doubt]")).to_have_text("1")
+    expect(row.locator("[data-denied]")).to_have_text("1")
+    every_width_and_scheme(staff, "console-tools")
+    staff.locator("[data-failure]").first.get_by_role("link").click()
+    expect(staff).to_have_url(re.compile(rf"/dashboard/messages/{message.pk}/timeline/"))

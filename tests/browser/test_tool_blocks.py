@@ -19,6 +19,7 @@ from tests.helpers.brains import tool_trigger
 from tests.helpers.browser import accessibility_violations, log_in, send_from_page
 from tests.helpers.factories import ConversationFactory, UserFactory
 from tests.helpers.processes import (
+    ARTIFACTS,
     McpServerProcess,
     WatchdogProcess,
     WebProcess,
@@ -37,6 +38,12 @@ def open_chat(page: Page, web, conversation) -> None:
     log_in(page, web, conversation.owner.username)
     page.goto(f"{web.url}/c/{conversation.pk}/")
     expect(page.locator("[data-live-indicator]")).to_have_text("live")
+
+
+def screenshot(page: Page, name: str) -> None:
+    """For the record (test-artifacts/): how the page looked at this step."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=ARTIFACTS / f"{name}.png", full_page=True)
 
 
 def assert_clean_everywhere(page: Page) -> None:
@@ -99,6 +106,7 @@ def test_a_call_left_in_doubt_by_a_sigkill_is_run_again_or_skipped_from_the_page
         timeout=20_000,
     )
     expect(page.locator("[data-deciding]")).to_be_visible()
+    screenshot(page, "tool-in-doubt")
     assert_clean_everywhere(page)
 
     doubt.get_by_role("button", name="Run again").click()
@@ -149,6 +157,7 @@ def test_an_approval_is_asked_on_the_page_and_each_answer_does_what_it_says(page
     block = page.locator(f'[data-tool-call="{call.pk}"]')
     expect(block.locator(".tool-arguments")).to_contain_text("rent")
     expect(page.locator("[data-approval-due]")).to_contain_text("Waiting for your answer")
+    screenshot(page, "tool-approval")
     assert_clean_everywhere(page)
 
     page.locator(f'[data-awaiting="{call.pk}"]').get_by_role(
@@ -184,6 +193,7 @@ def test_a_slow_tool_shows_its_progress_and_time_live(page: Page, processes):
     progress = page.locator("[data-tool-progress]")
     expect(progress).to_contain_text(re.compile(r"Waited [1-4] of 5 s"), timeout=20_000)
     expect(page.locator("[data-running-for]")).to_have_text(re.compile(r"[1-9] s"))
+    screenshot(page, "tool-progress")
     assert_clean_everywhere(page)
     block = page.locator("[data-tool-call]")
     expect(block).to_have_attribute("data-tool-state", "done", timeout=20_000)

@@ -11,6 +11,7 @@ import pytest
 from django.core.exceptions import PermissionDenied
 
 from continuity.actions import conversation_take_over, tool_call_answer, tool_calls_stop
+from continuity.database.clock import database_now
 from continuity.delivery import watchdog_tick
 from continuity.delivery.processing import drain_conversation
 from continuity.models import (
@@ -29,7 +30,6 @@ from tests.helpers.factories import ConversationFactory, UserFactory
 from tests.helpers.messages import send
 from tests.helpers.processes import McpServerProcess
 from tests.helpers.tool_servers import ledger_server
-from tests.helpers.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -163,23 +163,80 @@ def test_stop_denies_what_waits(tool_server, conversation, client):
     assert tool_calls_stop(message=message) == 0  # nothing waits any more
 
 
-def test_the_deadline_denies_it_once_at_the_sweep(tool_server, conversation, settings):
-    settings.CONTINUITY_APPROVAL_SECONDS = 1
+def test_the_deadline_denies_it_once_at_the_sweep(tool_server, conversation):
     message, [call] = awaiting_after(conversation, tool_trigger("ledger_append", entry="rent"))
-    assert watchdog_tick()["requeued"] == 0  # not due yet: nothing denied
-    assert ToolCall.objects.get(pk=call.pk).state == "awaiting"
+    watchdog_tick()
+    assert ToolCall.objects.get(pk=call.pk).state == "awaiting"  # not due yet: nothing denied
 
-    def swept_expired() -> bool:
-        watchdog_tick()
-        return ToolCall.objects.filter(pk=call.pk, state="expired").exists()
-
-    wait_for(swept_expired, timeout=10, what="the sweep to deny it at its deadline", every=0.2)
+    ToolCall.objects.filter(pk=call.pk).update(approval_due_at=database_now())
+    watchdog_tick()
+    watchdog_tick()
 
     call.refresh_from_db()
     assert (call.state, call.answer) == ("expired", "timed_out")
     assert not tool_call_answer(call=call, answer="allow", by=conversation.owner)
     drain_conversation(conversation_id=conversation.pk)
     assert "Not approved in time" in reply_to(message)
+    assert ledger(tool_server) == {}
+
+
+def test_a_message_sent_as_the_question_was_recorded_denies_it(
+    tool_server, conversation, monkeypatch
+):
+    """The round's calls committed, and the person wrote before the attempt was given back:
+    the calls are denied as moved on then, not left waiting until their deadline."""
+    from continuity.delivery import toolcalls
+
+    later: list[Message] = []
+    given_back = toolcalls.calls_await
+
+    def written_meanwhile(**kwargs):
+        later.append(send(conversation, "Never mind"))
+        given_back(**kwargs)
+
+    monkeypatch.setattr(toolcalls, "calls_await", written_meanwhile)
+    message, [call] = awaiting_after(conversation, tool_trigger("ledger_append", entry="rent"))
+
+    call.refresh_from_db()
+    assert (call.state, call.answer) == ("denied", "moved_on")
+    assert Conversation.objects.get(pk=conversation.pk).retry_at is None
+    drain_conversation(conversation_id=conversation.pk)
+    assert "the person moved on" in reply_to(message)
+    assert Message.objects.get(pk=later[0].pk).state == "done"
+
+
+def test_stop_as_the_question_was_recorded_denies_it(tool_server, conversation, monkeypatch):
+    from continuity.actions import reply_stop
+    from continuity.delivery import toolcalls
+
+    given_back = toolcalls.calls_await
+
+    def stopped_meanwhile(*, run, calls):
+        reply_stop(message=Message.objects.get(pk=run.message_id))
+        given_back(run=run, calls=calls)
+
+    monkeypatch.setattr(toolcalls, "calls_await", stopped_meanwhile)
+    message, [call] = awaiting_after(conversation, tool_trigger("ledger_append", entry="rent"))
+
+    call.refresh_from_db()
+    assert (call.state, call.answer) == ("denied", "stopped")
+    assert Message.objects.get(pk=message.pk).state == "done"
+    conversation.refresh_from_db()
+    assert conversation.retry_at is None and conversation.waiting_for == ""
+
+
+def test_supports_reply_denies_what_its_question_waited_for(tool_server, conversation):
+    from continuity.actions import staff_reply
+
+    message, [call] = awaiting_after(conversation, tool_trigger("ledger_append", entry="rent"))
+    staff = UserFactory(is_staff=True)
+    conversation_take_over(conversation=conversation, by=staff, reason="helping")
+
+    staff_reply(conversation=conversation, by=staff, text="Done by hand.", answering=message.pk)
+
+    call.refresh_from_db()
+    assert (call.state, call.answer) == ("denied", "support_answered")
+    assert Conversation.objects.get(pk=conversation.pk).waiting_for == ""
     assert ledger(tool_server) == {}
 
 

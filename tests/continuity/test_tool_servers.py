@@ -133,3 +133,42 @@ def test_a_server_that_says_its_tools_changed_is_asked_for_them_again(tool_serve
     )
 
     wait_for(lambda: "define_tea" in toolbox().tools, timeout=10, what="the new tool")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_server_down_for_a_minute_raises_one_alert_that_clears_itself(processes, settings):
+    from datetime import timedelta
+
+    from continuity.delivery import tool_servers_check
+    from continuity.models import Alert, ToolServerStatus
+    from continuity.tools import toolbox
+    from devtools.redis_server import free_port
+    from tests.helpers.processes import McpServerProcess
+
+    port = free_port()
+    settings.CONTINUITY_MCP_SERVERS = [{"name": "flaky", "url": f"http://127.0.0.1:{port}/mcp"}]
+    assert "flaky" in toolbox().down
+    status = ToolServerStatus.objects.get(name="flaky")
+    assert status.down_since is not None
+
+    assert tool_servers_check() == 1
+    assert not Alert.objects.exists()  # down, but not for a minute yet
+    ToolServerStatus.objects.filter(pk=status.pk).update(
+        down_since=status.down_since - timedelta(seconds=61), checked_at=None
+    )
+    tool_servers_check()
+    ToolServerStatus.objects.filter(pk=status.pk).update(checked_at=None)
+    tool_servers_check()  # asked again, still down: still the one alert
+
+    alert = Alert.objects.get()
+    assert alert.kind == "tool_server_down" and "The MCP server flaky" in alert.text
+    assert alert.acknowledged_at is None
+
+    processes.add(McpServerProcess(port=port))
+    ToolServerStatus.objects.filter(pk=status.pk).update(checked_at=None)
+    assert tool_servers_check() == 0
+
+    alert.refresh_from_db()
+    assert alert.acknowledged_at is not None  # cleared by itself
+    assert ToolServerStatus.objects.get(pk=status.pk).down_since is None
+    assert Alert.objects.count() == 1

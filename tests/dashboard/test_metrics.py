@@ -207,3 +207,69 @@ def test_a_reply_stamped_before_its_question_counts_as_zero(client, url, token):
     values = scrape(client, url)
     assert values["continuity_reply_seconds_bucket", ("le", "0.05")] == 1
     assert values["continuity_reply_seconds_sum",] == 0
+
+
+def ended_call(message: Message, position: int, *, tool: str, state: str, seconds: float, **fields):
+    """A tool call that ended 20 minutes ago (rolled up), having run `seconds`."""
+    from continuity.models import ToolCall
+
+    ended = database_now() - timedelta(minutes=20)
+    return ToolCall.objects.create(
+        message=message, round=1, position=position, call_id=f"c{position}", tool=tool,
+        source=fields.pop("source", "ledger"), state=state,
+        started_at=ended - timedelta(seconds=seconds), ended_at=ended, **fields,
+    )  # fmt: skip
+
+
+def asked_long_ago() -> Message:
+    """A message whose minutes the history rolls up (it begins at the oldest message)."""
+    message = MessageFactory(conversation=ConversationFactory(), state="done")
+    Message.objects.filter(pk=message.pk).update(created_at=database_now() - timedelta(minutes=30))
+    return message
+
+
+def test_tool_calls_are_counted_by_tool_and_outcome_from_the_history(client, url, token):
+    message = asked_long_ago()
+    ended_call(message, 0, tool="ledger_append", state="done", seconds=0.2)
+    ended_call(message, 1, tool="ledger_append", state="done", seconds=3)
+    ended_call(message, 2, tool="ledger_append", state="error", seconds=61, timed_out=True)
+    ended_call(message, 3, tool="ledger_append", state="denied", seconds=0)
+    ended_call(message, 4, tool="lookup", state="error", seconds=0.05)
+    ended_call(message, 5, tool="made-up words", state="error", seconds=0, source="")
+
+    history_record()
+    values = scrape(client, url)
+
+    def calls(tool: str, outcome: str) -> float:
+        return values["continuity_tool_calls_total", ("outcome", outcome), ("tool", tool)]
+
+    assert calls("ledger_append", "done") == 2
+    assert calls("ledger_append", "timeout") == 1 and calls("ledger_append", "error") == 0
+    assert calls("ledger_append", "denied") == 1 and calls("lookup", "error") == 1
+    assert calls("(unknown)", "error") == 1  # a name the model made up is never a label
+    assert (
+        "continuity_tool_calls_total",
+        ("outcome", "error"),
+        ("tool", "made-up words"),
+    ) not in values
+    # Those that ran to their end: the denied call never ran.
+    seconds = {"0.25": 1, "2.5": 1, "5.0": 2, "60.0": 2, "120.0": 3, "+Inf": 3}
+    for bound, count in seconds.items():
+        key = ("continuity_tool_call_seconds_bucket", ("le", bound), ("tool", "ledger_append"))
+        assert values[key] == count
+    assert values["continuity_tool_call_seconds_count", ("tool", "ledger_append")] == 3
+    assert values["continuity_tool_call_seconds_sum", ("tool", "ledger_append")] == pytest.approx(
+        64.2
+    )
+
+
+def test_tool_counters_never_fall_when_the_calls_are_deleted(client, url, token):
+    message = asked_long_ago()
+    ended_call(message, 0, tool="lookup", state="done", seconds=1)
+    history_record()
+
+    message.conversation.delete()
+    history_record()
+
+    values = scrape(client, url)
+    assert values["continuity_tool_calls_total", ("outcome", "done"), ("tool", "lookup")] == 1

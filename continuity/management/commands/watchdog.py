@@ -9,7 +9,13 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import InterfaceError, OperationalError, close_old_connections, connection
 
-from continuity.delivery import heartbeat_ttl, history_record, retention_prune, watchdog_tick
+from continuity.delivery import (
+    heartbeat_ttl,
+    history_record,
+    retention_prune,
+    tool_servers_check,
+    watchdog_tick,
+)
 
 logger = logging.getLogger("continuity.watchdog")
 
@@ -42,6 +48,7 @@ class Command(BaseCommand):
             settled = time.monotonic() - database_lost_at >= heartbeat_ttl().total_seconds()
             if not guarded(watchdog_tick, reap=settled):
                 database_lost_at = time.monotonic()
+            guarded(tool_servers_check)  # asks each server marked down again, now and then
             if time.monotonic() - recorded_at >= settings.CONTINUITY_HISTORY_EVERY_SECONDS:
                 guarded(history_record)
                 recorded_at = time.monotonic()

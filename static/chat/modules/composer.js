@@ -114,3 +114,9 @@ document.addEventListener("htmx:oobAfterSwap", (event) => {
   enhance(event.detail.target);
   event.detail.target.querySelector("textarea")?.focus();
 });
+
+// Each message carries the sender's time zone: what "tomorrow at 9" means in a reminder.
+const timeZone = Intl.DateTimeFormat().resolvedOptions().timeZone;
+document.addEventListener("htmx:configRequest", (event) => {
+  if (timeZone && event.detail.elt.matches?.("#composer")) event.detail.parameters.time_zone = timeZone;
+});
