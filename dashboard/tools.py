@@ -94,7 +94,10 @@ def tools_view(request: HttpRequest) -> HttpResponse:
     said, span = RANGES[period]
     calls = ToolCall.objects.filter(created_at__gte=database_now() - span)
     failures = (
-        calls.filter(Q(state__in=[State.ERROR, State.IN_DOUBT]) | Q(timed_out=True))
+        # Ended in error, timed out, or cut off by a crash (in doubt now, or decided since).
+        calls.filter(
+            Q(state__in=[State.ERROR, State.IN_DOUBT]) | Q(timed_out=True) | ~Q(decision="")
+        )
         .select_related("message__conversation")
         .order_by("-created_at", "-pk")[:FAILURES_SHOWN]
     )

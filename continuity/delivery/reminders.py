@@ -73,7 +73,7 @@ def reminder_deliver(reminder_id: int, conversation_id: int) -> bool:
 
 
 def reminder_said(reminder: Reminder, *, now) -> str:
-    said = f"⏰ Reminder: {reminder.text}"
+    said = f"Reminder: {reminder.text}"
     if now - reminder.due_at > timedelta(seconds=settings.CONTINUITY_REMINDER_LATE_SECONDS):
         zone = ZoneInfo(reminder.time_zone or "UTC")
         said += (

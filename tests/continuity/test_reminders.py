@@ -83,7 +83,7 @@ def test_remind_me_sets_a_row_that_the_sweep_delivers_once_as_the_assistants_mes
     reminder.refresh_from_db()
     delivered = Message.objects.get(pk=reminder.message_id)
     assert reminder.state == "delivered" and delivered.role == "assistant"
-    assert delivered.text == "⏰ Reminder: stretch" and delivered.reply_to_id is None
+    assert delivered.text == "Reminder: stretch" and delivered.reply_to_id is None
     assert Message.objects.filter(conversation=conversation, role="assistant").count() == 2
     assert Conversation.objects.get(pk=conversation.pk).unread_at is not None
 
@@ -92,7 +92,7 @@ def test_remind_me_sets_a_row_that_the_sweep_delivers_once_as_the_assistants_mes
     sidebar = client.get(reverse("chat:conversation", args=[other.pk])).content.decode()
     assert "data-unread" in sidebar
     page = client.get(reverse("chat:conversation", args=[conversation.pk])).content.decode()
-    assert "data-reminder" in page and "⏰ Reminder: stretch" in page
+    assert "data-reminder" in page and "Reminder: stretch" in page
     assert Conversation.objects.get(pk=conversation.pk).unread_at is None  # read now
 
 
@@ -107,7 +107,7 @@ def test_a_reminder_delivered_long_after_its_time_says_it_is_late(settings):
     watchdog_tick()
 
     text = Message.objects.get(pk=Reminder.objects.get(pk=reminder.pk).message_id).text
-    assert text.startswith("⏰ Reminder: call Ada\n\n(Late: this was due ")
+    assert text.startswith("Reminder: call Ada\n\n(Late: this was due ")
     assert "(Europe/Lisbon), and the service was not running then.)" in text
 
 

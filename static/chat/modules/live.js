@@ -4,6 +4,7 @@
 import { keepDraft, signedOut } from "./composer.js";
 import { exchangesBox, fragmentOf, nearBottom, scrollToEnd } from "./dom.js";
 import { awaitingSync, waiting, progressed, sameStatus, upsertFragment } from "./exchanges.js";
+import { localTimes } from "./enhance.js";
 import { renderSoon } from "./markdown.js";
 
 const SESSION_ENDED = 4401; // the server closed the socket: logout, new password, deactivated
@@ -133,6 +134,7 @@ export function liveChannel(main) {
     if (status && incoming && !sameStatus(status, incoming)) {
       status.replaceWith(incoming);
       htmx.process(incoming); // its *Retry now* form posts with htmx (and the CSRF header)
+      localTimes(incoming); // a deadline it names, in the reader's time
     }
     const title = document.getElementById("conversation-title");
     const newTitle = fragment.getElementById("conversation-title");
