@@ -245,6 +245,7 @@ def test_a_model_that_calls_a_built_in_tool_reads_its_result_in_the_next_round(p
         "search_conversations",
         "remember",
         "forget",
+        "set_reminder",
         "calculate",
     ]
     assert second["messages"][-1] == {

@@ -474,3 +474,22 @@ def test_a_new_message_sent_while_an_approval_waits_is_answered_and_denies_it(
     assert "the person moved on" in Message.objects.get(reply_to=message).text
     assert ledger_entries(tool_server) == {}
     assert_promise_kept([message, later])
+
+
+def test_a_long_call_keeps_its_attempt_alive_past_the_heartbeat_ttl(processes, tool_server):
+    """Eight seconds in one call, several heartbeat TTLs: the attempt still beats, so the
+    watchdog reaps nothing, and the call runs once."""
+    from continuity.models import CrashRecord
+
+    tool_worker(processes, tool_server)
+    processes.add(WatchdogProcess())
+    conversation = ConversationFactory(brain="faulty")
+    message = send(conversation, tool_trigger("wait", seconds=8))
+
+    wait_finished([message], timeout=60)
+
+    call = ToolCall.objects.get(message=message)
+    assert (call.state, call.runs, call.result) == ("done", 1, "Waited 8 s.")
+    assert run_states(message) == ["completed"]
+    assert not CrashRecord.objects.exists()
+    assert runs_per_key(tool_server, "wait") == {str(call.key): 1}
