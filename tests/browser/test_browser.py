@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import time
 
 import pytest
 from playwright.sync_api import Page, expect
@@ -291,3 +292,51 @@ def test_a_known_client_id_with_other_text_is_explained_and_the_text_kept(page: 
         timeout=10,
         what="the edited text to be sent as a new message",
     )
+
+
+COUNT_SOCKETS = """
+window.__sockets = 0;
+window.__reconnectWaits = [];
+const PageSocket = window.WebSocket;
+window.WebSocket = class extends PageSocket {
+  constructor(...args) { super(...args); window.__sockets += 1; }
+};
+const pageSetTimeout = window.setTimeout;
+window.setTimeout = (callback, wait, ...args) => {
+  if (callback && callback.name === "open") window.__reconnectWaits.push(wait);
+  return pageSetTimeout(callback, wait, ...args);
+};
+"""
+
+
+def test_a_restarted_web_server_has_the_page_live_within_two_seconds_of_listening(
+    page: Page, processes
+):
+    """A restart of the web program (supervisorctl restart web) takes seconds: the page keeps
+    asking about once a second meanwhile, not on a backoff that grew to ten, and says it is
+    the connection that is being waited for."""
+    web = processes.add(WebProcess())
+    user = UserFactory()
+    conversation = ConversationFactory(owner=user)
+    log_in(page, web, user.username)
+    page.add_init_script(COUNT_SOCKETS)
+    page.goto(f"{web.url}/c/{conversation.pk}/")
+    indicator = page.locator("[data-live-indicator]")
+    expect(indicator).to_have_text("live")
+
+    web.kill_all()
+    expect(indicator).to_have_text("reconnecting…")
+    # Down for as long as a slow restart: the page has tried eight times by then.
+    wait_for(
+        lambda: page.evaluate("window.__sockets") > 8,
+        timeout=60,
+        what="eight tries to reconnect",
+        every=0.2,
+    )
+    processes.add(WebProcess(port=web.port))  # back once it answers on its port
+    listening = time.monotonic()
+
+    expect(indicator).to_have_text("live", timeout=2_000)
+    assert time.monotonic() - listening < 2.5
+    waits = page.evaluate("window.__reconnectWaits")
+    assert max(waits) <= 1000, waits  # never more than a second between tries meanwhile

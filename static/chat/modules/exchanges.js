@@ -28,6 +28,7 @@ export function noteState(exchange, { quietly = false } = {}) {
 // detecting an interruption. A backoff shows a countdown, computed from the seconds left as
 // the server saw them, so a client clock that is off does not matter.
 const SLOW_AFTER_MS = 5000;
+const RECONNECTING_SAYS = "Reconnecting to the server… Your message is kept.";
 const pageStart = performance.now();
 const lastProgress = new Map(); // message id -> performance.now() of its last progress
 export const progressed = (messageId) => lastProgress.set(Number(messageId), performance.now());
@@ -94,6 +95,11 @@ export function tickHints(onSlow) {
   );
   const hint = document.querySelector("[data-slow-hint]");
   if (!hint) return;
+  // Not connected: the wait is the connection's, not the assistant's.
+  hint.dataset.assistantSays ??= hint.textContent;
+  const offline = !!document.querySelector("[data-live-indicator]:not(.on)");
+  const says = offline ? RECONNECTING_SAYS : hint.dataset.assistantSays;
+  if (hint.textContent !== says) hint.textContent = says;
   const slow = [...document.querySelectorAll("[data-exchange]")].some(
     (el) =>
       waiting(el) &&

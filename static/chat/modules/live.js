@@ -9,14 +9,19 @@ import { renderSoon } from "./markdown.js";
 
 const SESSION_ENDED = 4401; // the server closed the socket: logout, new password, deactivated
 const CONVERSATION_DELETED = 4404; // deleted, from this tab or another one
-// Reconnecting: the backoff doubles from RECONNECT_BASE_MS up to RECONNECT_CAP_MS.
+// Reconnecting: the backoff doubles from RECONNECT_BASE_MS, at most RECONNECT_SOON_CAP_MS for
+// the first RECONNECT_SOON_MS after the socket was lost (a restarted web server is back within
+// seconds, and the page must be live within about one of it), then up to RECONNECT_CAP_MS.
 const RECONNECT_BASE_MS = 250;
+const RECONNECT_SOON_CAP_MS = 1000;
+const RECONNECT_SOON_MS = 30000;
 const RECONNECT_CAP_MS = 10000;
 
 export function liveChannel(main) {
   const indicator = main.querySelector("[data-live-indicator]");
   let socket = null;
   let failures = 0;
+  let lostAt = null; // performance.now() when the socket was lost; null while it is open
   let signedIn = true; // false from a SESSION_ENDED close until a socket opens again
 
   const setLive = (text, live) => {
@@ -161,6 +166,7 @@ export function liveChannel(main) {
     socket = new WebSocket(`${scheme}://${location.host}${main.dataset.wsPath}`);
     socket.addEventListener("open", () => {
       failures = 0;
+      lostAt = null;
       signedIn = true;
       // Signed in again (another tab, or this session survived a password change).
       const errors = document.querySelector("[data-composer-errors][data-signed-out]");
@@ -187,9 +193,15 @@ export function liveChannel(main) {
       // refused try is still "signed out", not a network trouble.
       setLive(signedIn ? "reconnecting…" : "signed out", false);
       failures += 1;
-      // Full jitter: a random wait up to the backoff, so that the pages a restarted server
-      // dropped come back spread out, not all in the same instant.
-      setTimeout(open, Math.random() * Math.min(RECONNECT_CAP_MS, RECONNECT_BASE_MS * 2 ** failures));
+      lostAt ??= performance.now();
+      const soon = performance.now() - lostAt < RECONNECT_SOON_MS;
+      const backoff = Math.min(
+        soon ? RECONNECT_SOON_CAP_MS : RECONNECT_CAP_MS,
+        RECONNECT_BASE_MS * 2 ** failures,
+      );
+      // Equal jitter: between half the backoff and all of it, so that the pages a restarted
+      // server dropped come back spread out, and none waits longer than the backoff.
+      setTimeout(open, backoff / 2 + (Math.random() * backoff) / 2);
     });
   }
 
