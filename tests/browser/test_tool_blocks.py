@@ -123,7 +123,12 @@ def test_a_call_left_in_doubt_by_a_sigkill_is_run_again_or_skipped_from_the_page
     block = page.locator(f'[data-tool-call="{second.pk}"]')
     expect(block).to_have_attribute("data-tool-state", "skipped")
     assert ledger()[str(second.key)] == 1
-    assert Message.objects.filter(conversation=conversation, role="assistant").count() == 2
+    # The page shows the reply as it streams: it is stored a moment later.
+    wait_for(
+        lambda: Message.objects.filter(conversation=conversation, role="assistant").count() == 2,
+        timeout=20,
+        what="both replies stored",
+    )
     expect(page.locator(".tool-call summary").first).to_have_text(
         re.compile(r"Called ledger_append on ledger · done")
     )
