@@ -17,8 +17,7 @@ from django.conf import settings
 def worker_argv(*, node: str, concurrency: int) -> list[str]:
     return [
         sys.executable, "-m", "celery", "-A", "continuity", "worker", "--pool", "prefork",
-        "--concurrency", str(concurrency), "--hostname", node, "--without-mingle",
-        "--without-gossip", "--loglevel", "INFO",
+        "--concurrency", str(concurrency), "--hostname", node, "--loglevel", "INFO",
     ]  # fmt: skip
 
 

@@ -93,3 +93,12 @@ def test_a_worker_asks_for_its_broker_again_every_second_while_it_is_away(proces
     waits = [float(seconds or 0) for seconds in RETRY_WAIT.findall(worker.log())]
     assert waits and max(waits) <= 1.0, waits
     assert_promise_kept([message])
+
+
+def test_a_worker_starts_without_waiting_for_other_workers(processes):
+    """Celery's mingle waited a second at every start for the other workers' revoked tasks;
+    nothing here revokes, and workers know each other through the database."""
+    worker = processes.add(WorkerProcess(concurrency=1))
+    wait_for(lambda: " ready." in worker.log(), timeout=30, what=f"ready\n{worker.log()[-2000:]}")
+
+    assert "mingle" not in worker.log()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from .builtin import BUILTIN, BUILTIN_TOOLS, Asker, ToolError, when_said
 from .calls import arguments_problem, call_run, result_cut
-from .registry import Tool, Toolbox, server_down_note, toolbox, tools_forget
+from .registry import Tool, Toolbox, server_down_note, toolbox, tools_forget, tools_ready
 from .servers import IDEMPOTENCY_KEY, ToolResult, server_call, server_tools, spec_of
 
 __all__ = [
@@ -28,5 +28,6 @@ __all__ = [
     "spec_of",
     "toolbox",
     "tools_forget",
+    "tools_ready",
     "when_said",
 ]

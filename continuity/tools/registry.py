@@ -17,17 +17,16 @@ from dataclasses import dataclass, field, replace
 
 from django.conf import settings
 from django.core.signals import setting_changed
-from django.db import DatabaseError, IntegrityError, transaction
+from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.db.models.functions import Now
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
-from mcp.client.subscriptions import ListenNotSupportedError
 
 from ..brains import ToolSpec
 from ..errors import ToolServerDown
 from ..models import McpServer, ToolPolicy, ToolServerStatus
 from .builtin import BUILTIN, BUILTIN_TOOLS
-from .servers import server_tools, tools_changes
+from .servers import sdk_import, server_tools, tools_changes
 
 logger = logging.getLogger(__name__)
 
@@ -136,6 +135,19 @@ def servers_registered() -> list[Server]:
     return servers
 
 
+def tools_ready() -> None:
+    """Import the MCP SDK now if a server is registered, or if the database cannot say: a
+    worker does before it forks its pool, so that no pool process pays the import in a call."""
+    try:
+        registered = bool(servers_registered())
+    except DatabaseError:
+        registered = True
+    finally:
+        connection.close()  # the pool's processes must not share it
+    if registered:
+        sdk_import()
+
+
 def policies_of(configured: dict) -> dict[str, Policy]:
     """CONTINUITY_MCP_SERVERS' "policies", by tool: {"approval": "never", "time_limit": 30}."""
     approvals = set(ToolPolicy.Approval.values)
@@ -189,6 +201,8 @@ def changes_watch(location: str) -> None:
 
 
 def changes_listen(location: str, generation: int) -> None:
+    from mcp.client.subscriptions import ListenNotSupportedError
+
     key = (os.getpid(), location)
 
     def stale() -> bool:

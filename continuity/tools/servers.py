@@ -17,14 +17,11 @@ from __future__ import annotations
 import shlex
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import anyio
 import anyio.to_thread
 import httpx2
-from mcp import StdioServerParameters
-from mcp.client import Client
-from mcp_types import TextContent, Tool
 
 from ..brains import ToolSpec
 from ..errors import ToolCallLost, ToolServerDown
@@ -32,6 +29,22 @@ from ..errors import ToolCallLost, ToolServerDown
 IDEMPOTENCY_KEY = "io.continuity/idempotency-key"
 
 T = TypeVar("T")
+
+# The SDK is imported where it is used, not here: its import takes over a second of CPU (its
+# protocol types are pydantic models), paid by every web and worker process at start-up even
+# with no MCP server registered. A worker with servers imports it before it forks its pool
+# (`sdk_import`), so its pool processes have it ready.
+if TYPE_CHECKING:
+    from mcp import StdioServerParameters
+    from mcp.client import Client
+    from mcp_types import Tool
+
+
+def sdk_import() -> None:
+    """Import the parts of the SDK that a session and a call use."""
+    import mcp.client  # noqa: F401
+    import mcp.client.subscriptions  # noqa: F401
+    import mcp_types  # noqa: F401
 
 
 def spec_of(tool: Tool) -> ToolSpec:
@@ -94,6 +107,8 @@ def server_call(
         await anyio.to_thread.run_sync(progress, done, total, message or "")
 
     async def called(client: Client) -> ToolResult:
+        from mcp_types import TextContent
+
         result = await client.call_tool(
             name,
             arguments,
@@ -128,6 +143,8 @@ def tools_changes(
     async def listen() -> None:
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(stop_when_asked, tasks.cancel_scope)
+            from mcp.client import Client
+
             async with (
                 Client(client_target(location)) as client,
                 client.listen(tools_list_changed=True) as subscription,
@@ -146,6 +163,8 @@ CONNECT_SECONDS = 5.0
 
 def client_target(location: str) -> str | StdioServerParameters:
     """What the SDK's client connects to: a URL as it is, a command line as a subprocess."""
+    from mcp import StdioServerParameters
+
     if location.startswith(("http://", "https://")):
         return location
     command, *arguments = shlex.split(location)
@@ -156,6 +175,8 @@ async def in_session(location: str, timeout: float, act: Callable[[Client], Awai
     """`act` on a session with the server, within CONNECT_SECONDS and `timeout`:
     ToolServerDown if the session could not be opened or the request could not be sent,
     ToolCallLost if it was sent and no answer came."""
+    from mcp.client import Client
+
     sent = False
     try:
         # One deadline for both: the SDK's client keeps task groups open for the session, and

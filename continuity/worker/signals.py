@@ -29,6 +29,7 @@ from ..delivery.workers import (
     worker_stopping_mark,
 )
 from ..live.events import publisher_flush
+from ..tools import tools_ready
 from .control import continuity_shutdown  # noqa: F401  (registers the control command)
 
 logger = logging.getLogger(__name__)
@@ -39,10 +40,11 @@ _heartbeats: dict[str, WorkerHeartbeat] = {}
 
 @worker_init.connect
 def on_worker_init(sender, **kwargs) -> None:
-    # Before the pool is forked, so every pool process inherits this start's id, and the
-    # brains' modules (not imported inside an attempt's locked span).
+    # Before the pool is forked, so every pool process inherits this start's id, the brains'
+    # modules and the MCP SDK (not imported inside an attempt's locked span).
     incarnation_begin()
     brains_import()
+    tools_ready()
 
 
 @worker_process_shutdown.connect
