@@ -17,7 +17,7 @@ CONTINUITY_FAULT_INJECTION = True
 CONTINUITY_BRAINS = {**CONTINUITY_BRAINS, "faulty": "tests.helpers.brains.FaultyBrain"}  # noqa: F405
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
-if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":  # noqa: F405
+if DATABASES["default"]["ENGINE"] == "continuity.database.sqlite":  # noqa: F405
     # A file in WAL mode, as `make run` has it, rather than Django's shared in-memory database,
     # whose table locks fail a read at once while another connection writes.
     DATABASES["default"]["TEST"] = {  # noqa: F405

@@ -81,6 +81,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
             "timeout": env("DATABASE_POOL_TIMEOUT", 10),
         }
 elif DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # Django's backend, except that a worker never forks a pool process while one of its
+    # threads holds SQLite's locks (continuity/database/sqlite).
+    DATABASES["default"]["ENGINE"] = "continuity.database.sqlite"
     DATABASES["default"]["CONN_MAX_AGE"] = 0
     DATABASES["default"]["OPTIONS"] = {
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",

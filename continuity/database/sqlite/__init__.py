@@ -1,0 +1,1 @@
+"""Django's database backend for SQLite, safe across a fork (see base.py)."""

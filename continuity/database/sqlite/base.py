@@ -1,0 +1,149 @@
+"""SQLite as Django's own backend has it, except that this process never forks while one of
+its threads holds SQLite's locks.
+
+A worker's main process forks a new pool process whenever one dies, while its other threads
+use the database (the worker's heartbeat, ending a dead process's attempts). SQLite keeps the
+locks a process holds in that process's memory, which a forked child copies, and the operating
+system's locks, which it does not: a child forked while a thread of its parent was inside a
+write transaction believes, for the rest of its life, that another connection of its own holds
+the write lock. Each of its writes then waits the whole `timeout` (30 s) and fails with
+"database is locked" (SQLite's FAQ: do not carry an open database across a fork). An idle
+connection is carried across safely, so a fork here waits until no other thread is executing
+a statement or inside a transaction (`fork_gate`), and the threads wait while it forks.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import threading
+import time
+from contextlib import contextmanager
+
+from django.db.backends.sqlite3 import base
+
+logger = logging.getLogger(__name__)
+
+# A thread holds the gate for at most one statement or one transaction, and SQLite bounds each
+# wait for a lock by the connection's `timeout`: a fork that waited longer than this goes ahead
+# and says so, rather than stop the worker's event loop for good.
+FORK_WAIT_SECONDS = 60.0
+
+
+class ForkGate:
+    """Threads hold it while they use SQLite; a fork waits until only the forking thread does."""
+
+    def __init__(self) -> None:
+        self._condition = threading.Condition()
+        self._holds: dict[int, int] = {}  # thread ident -> holds
+
+    def hold(self) -> int:
+        """Hold the gate for this thread; the ident to release it with."""
+        ident = threading.get_ident()
+        with self._condition:
+            self._holds[ident] = self._holds.get(ident, 0) + 1
+        return ident
+
+    def release(self, ident: int) -> None:
+        with self._condition:
+            if self._holds.get(ident, 0) <= 1:
+                self._holds.pop(ident, None)
+            else:
+                self._holds[ident] -= 1
+            self._condition.notify_all()
+
+    def others_holding(self) -> bool:
+        me = threading.get_ident()
+        return any(ident != me for ident in self._holds)
+
+    def before_fork(self) -> None:
+        # Kept until the fork is done: no thread begins a statement meanwhile.
+        self._condition.acquire()
+        deadline = time.monotonic() + FORK_WAIT_SECONDS
+        while self.others_holding():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                logger.error("Forking while another thread holds SQLite's locks: the child's "
+                             "writes may fail with 'database is locked'")  # fmt: skip
+                break
+            self._condition.wait(left)
+
+    def after_fork_in_parent(self) -> None:
+        self._condition.release()
+
+    def after_fork_in_child(self) -> None:
+        # The child's only thread is the one that forked: what the others held is not its own.
+        me = threading.get_ident()
+        self._condition = threading.Condition()
+        self._holds = {me: self._holds[me]} if me in self._holds else {}
+
+
+fork_gate = ForkGate()
+os.register_at_fork(
+    before=fork_gate.before_fork,
+    after_in_parent=fork_gate.after_fork_in_parent,
+    after_in_child=fork_gate.after_fork_in_child,
+)
+
+
+class Connection(sqlite3.Connection):
+    """Holds the gate while a statement runs, while a transaction is open, and while it closes
+    (the last connection to a database in WAL mode checkpoints it under an exclusive lock)."""
+
+    _held_by: int | None = None  # the ident that holds the gate for the open transaction
+
+    def execute(self, *args, **kwargs):
+        with self.gated():
+            return super().execute(*args, **kwargs)
+
+    def commit(self) -> None:
+        with self.gated():
+            super().commit()
+
+    def rollback(self) -> None:
+        with self.gated():
+            super().rollback()
+
+    def close(self) -> None:
+        with self.gated():
+            super().close()
+
+    @contextmanager
+    def gated(self):
+        ident = fork_gate.hold()
+        try:
+            yield
+        finally:
+            self.transaction_held()
+            fork_gate.release(ident)
+
+    def transaction_held(self) -> None:
+        """Hold the gate while a transaction is open, and not a moment longer."""
+        try:
+            open_now = self.in_transaction
+        except sqlite3.ProgrammingError:  # closed
+            open_now = False
+        if open_now and self._held_by is None:
+            self._held_by = fork_gate.hold()
+        elif not open_now and self._held_by is not None:
+            fork_gate.release(self._held_by)
+            self._held_by = None
+
+
+class Cursor(base.SQLiteCursorWrapper):
+    def execute(self, query, params=None):
+        with self.connection.gated():
+            return super().execute(query, params)
+
+    def executemany(self, query, param_list):
+        with self.connection.gated():
+            return super().executemany(query, param_list)
+
+
+class DatabaseWrapper(base.DatabaseWrapper):
+    def get_connection_params(self):
+        return {**super().get_connection_params(), "factory": Connection}
+
+    def create_cursor(self, name=None):
+        return self.connection.cursor(factory=Cursor)
