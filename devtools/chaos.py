@@ -239,20 +239,20 @@ CHAOS_TOOL_CALLS = (
 )
 
 
-def tools_audit(conversation_ids: list[int], ledger: Path) -> dict:
+def tools_audit(
+    conversation_ids: list[int], ledger: Path, *, run_again: Counter[str], decided: Counter[str]
+) -> dict:
     """The tool calls of a `--tools` run, against the MCP server's ledger: how often each key of
-    the tool that is neither read-only nor idempotent ran, and how many of them ran twice with
-    no person's Run again (the promise: none)."""
+    the tool that is neither read-only nor idempotent ran, and how many of them ran more often
+    than its first run and the people's Run again (`run_again`: how often each key was chosen,
+    counted as it was posted, since a call in doubt twice keeps only its last decision) allow
+    (the promise: none)."""
     from devtools.mcp_server import ledger_lines
 
     calls = ToolCall.objects.filter(message__conversation_id__in=conversation_ids)
     runs_per_key = Counter(
         line["key"] for line in ledger_lines(ledger) if line["tool"] == "ledger_append"
     )
-    chosen = {
-        str(key)
-        for key in calls.filter(decision=ToolCall.Decision.RUN_AGAIN).values_list("key", flat=True)
-    }
     unsafe = calls.filter(tool="ledger_append")
     return {
         "calls": calls.count(),
@@ -261,11 +261,12 @@ def tools_audit(conversation_ids: list[int], ledger: Path) -> dict:
         ),
         "decided_in_doubt": calls.exclude(decision="").count(),
         "still_in_doubt": calls.filter(state=ToolCall.State.IN_DOUBT).count(),
-        "run_again_chosen": len(chosen),
+        "run_again_chosen": sum(run_again.values()),
+        "decided_twice": sum(1 for times in decided.values() if times > 1),
         "ledger_append_calls": unsafe.count(),
         "ledger_append_runs_per_key": dict(sorted(Counter(runs_per_key.values()).items())),
-        "keys_run_twice_without_run_again": sum(
-            1 for key, runs in runs_per_key.items() if runs > 1 and key not in chosen
+        "keys_run_more_than_chosen": sum(
+            1 for key, runs in runs_per_key.items() if runs > 1 + run_again[key]
         ),
         "keys_run_thrice_or_more": sum(1 for runs in runs_per_key.values() if runs > 2),
     }
@@ -278,6 +279,9 @@ class Deciding:
     def __init__(self, browsers: Browsers, conversation_ids: list[int], rng: random.Random):
         self.browsers, self.conversation_ids = browsers, conversation_ids
         self.rng = random.Random(rng.random())
+        # By call key, what the server took: every decision, and every Run again.
+        self.decided: Counter[str] = Counter()
+        self.run_again: Counter[str] = Counter()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self.loop, name="deciding", daemon=True)
 
@@ -298,14 +302,16 @@ class Deciding:
                     ToolCall.objects.filter(
                         message__conversation_id__in=self.conversation_ids,
                         state=ToolCall.State.IN_DOUBT,
-                    ).values_list("message__conversation_id", "pk")
+                    ).values_list("message__conversation_id", "pk", "key")
                 )
             except (OperationalError, InterfaceError):  # a database restart
                 connection.close()
                 continue
-            for conversation_id, call_id in doubted:
+            for conversation_id, call_id, key in doubted:
                 choice = self.rng.choice(["run_again", "skip"])
-                self.browsers.decide(conversation_id, call_id, choice)
+                if self.browsers.decide(conversation_id, call_id, choice):
+                    self.decided[str(key)] += 1
+                    self.run_again[str(key)] += choice == "run_again"
 
 
 class Browsers:
@@ -367,9 +373,10 @@ class Browsers:
                 wait = 0.2
             time.sleep(wait)
 
-    def decide(self, conversation_id: int, call_id: int, choice: str) -> None:
-        """Run again or Skip on a call in doubt, as its block's buttons post it; a 409 (decided
-        already) is as good as done, a 5xx or a lost connection is tried at the next round."""
+    def decide(self, conversation_id: int, call_id: int, choice: str) -> bool:
+        """Run again or Skip on a call in doubt, as its block's buttons post it; whether the
+        server took it. A 409 (decided already) is as good as done, a 5xx or a lost connection
+        is tried at the next round."""
         body = urllib.parse.urlencode({"choice": choice}).encode()
         headers = self.headers(conversation_id)
         url = f"{self.base_url}/c/{conversation_id}/tool-calls/{call_id}/decide/"
@@ -377,10 +384,12 @@ class Browsers:
         try:
             with urllib.request.urlopen(request, timeout=60) as response:
                 self.count(f"decide {response.status}")
+                return True
         except urllib.error.HTTPError as error:
             self.count(f"decide {error.code}")
         except OSError as error:
             self.count(f"decide {type(error).__name__}")
+        return False
 
     def count(self, status: str) -> None:
         with self.lock:

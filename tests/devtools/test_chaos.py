@@ -153,35 +153,41 @@ def test_a_chaos_run_with_tools_counts_the_ledgers_runs_per_key():
     assert audit["finished_before_timeout"] and audit["done"] == audit["sent"] == 12
     tools = audit["tools"]
     assert tools["ledger_append_calls"] >= 12 and tools["calls"] >= 36
-    assert tools["keys_run_twice_without_run_again"] == 0 == tools["still_in_doubt"]
+    assert tools["keys_run_more_than_chosen"] == 0 == tools["still_in_doubt"]
     # Each reply's ledger_append ran (a key in the ledger), or was skipped by its owner after a
     # kill: one cut off before it was sent never reached the ledger.
     ran = sum(tools["ledger_append_runs_per_key"].values())
     assert ran + tools["states"].get("skipped", 0) >= 12
 
 
-def test_the_tools_audit_counts_a_key_run_twice_without_a_person(tmp_path, conversation):
-    """The audit must be able to fail: a ledger key run twice, with no Run again chosen."""
+def test_the_tools_audit_counts_a_key_run_more_often_than_a_person_chose(tmp_path, conversation):
+    """The audit must be able to fail: a key run twice with no Run again posted, and one run
+    three times with one. A call in doubt twice keeps only its last decision (here Skip, after
+    a Run again), so the audit counts the Run again posted, not the decision kept."""
     import json
+    from collections import Counter
 
     from continuity.models import ToolCall
     from devtools.chaos import tools_audit
 
     message = MessageFactory(conversation=conversation)
-    chosen, silent = (
+    decided_twice, silent, once_too_often = (
         ToolCall.objects.create(
             message=message, round=1, position=index, call_id=f"c{index}", tool="ledger_append",
             state="done", decision=decision,
         )
-        for index, decision in enumerate(["run_again", ""])
+        for index, decision in enumerate(["skip", "", "run_again"])
     )  # fmt: skip
     ledger = tmp_path / "ledger.jsonl"
-    lines = [chosen.key, chosen.key, silent.key, silent.key]
+    runs = [decided_twice.key] * 2 + [silent.key] * 2 + [once_too_often.key] * 3
     ledger.write_text(
-        "".join(json.dumps({"tool": "ledger_append", "key": str(k)}) + "\n" for k in lines)
+        "".join(json.dumps({"tool": "ledger_append", "key": str(k)}) + "\n" for k in runs)
     )
+    posted = Counter({str(decided_twice.key): 1, str(once_too_often.key): 1})
+    decided = Counter({str(decided_twice.key): 2, str(once_too_often.key): 1})
 
-    audit = tools_audit([conversation.pk], ledger)
+    audit = tools_audit([conversation.pk], ledger, run_again=posted, decided=decided)
 
-    assert audit["keys_run_twice_without_run_again"] == 1
-    assert audit["ledger_append_runs_per_key"] == {2: 2}
+    assert audit["keys_run_more_than_chosen"] == 2
+    assert audit["ledger_append_runs_per_key"] == {2: 2, 3: 1}
+    assert audit["run_again_chosen"] == 2 and audit["decided_twice"] == 1

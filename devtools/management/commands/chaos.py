@@ -216,7 +216,18 @@ class Command(BaseCommand):
             model_outages=outage.count,
             http_statuses=dict(sorted(browsers.statuses.items())),
             http_5xx=browsers.server_errors(),
-            **({"tools": tools_audit(ids, tool_server.ledger)} if tool_server else {}),
+            **(
+                {
+                    "tools": tools_audit(
+                        ids,
+                        tool_server.ledger,
+                        run_again=deciding.run_again,
+                        decided=deciding.decided,
+                    )
+                }
+                if tool_server
+                else {}
+            ),
             seconds=round(time.monotonic() - started, 1),
             finished_before_timeout=finished,
             logs=str(log_dir),
@@ -227,7 +238,7 @@ class Command(BaseCommand):
             model.stop()
         redis_server.stop()
         self.stdout.write(json.dumps(audit, indent=2))
-        tools_broken = audit.get("tools", {}).get("keys_run_twice_without_run_again", 0)
+        tools_broken = audit.get("tools", {}).get("keys_run_more_than_chosen", 0)
         if audit["lost"] or audit["duplicates"] or audit["out_of_order"] or tools_broken:
             sys.exit(1)
 
