@@ -11,6 +11,7 @@ import threading
 import pytest
 from django.db.utils import ConnectionHandler
 
+from continuity.database.sqlite import base
 from continuity.database.sqlite.base import fork_gate
 
 # The child's write waits at most this long for SQLite's write lock.
@@ -104,3 +105,49 @@ def test_an_idle_connection_and_a_finished_statement_hold_nothing(sqlite_file):
     assert done.wait(10)
     assert not fork_gate.others_holding()
     assert child_writes(sqlite_file) == 0
+
+
+def test_a_child_never_closes_its_parents_connections(sqlite_file):
+    """Closing an inherited connection in the child (Celery closes the parent's in each new pool
+    process; Python drops those of the threads that did not follow the fork) waited on locks
+    the child does not hold. The child keeps them, unused."""
+    parent = sqlite_file["default"]
+    with parent.cursor() as cursor:
+        cursor.execute("INSERT INTO entry VALUES ('parent')")
+    opened_elsewhere = threading.Event()
+    finish = threading.Event()
+    threads_own = []
+
+    def idle_thread() -> None:
+        with sqlite_file["default"].cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM entry")
+        threads_own.append(sqlite_file["default"].connection)
+        opened_elsewhere.set()
+        finish.wait(10)
+
+    thread = threading.Thread(target=idle_thread)
+    thread.start()
+    assert opened_elsewhere.wait(10)
+    inherited = parent.connection
+    pid = os.fork()
+    if pid == 0:
+        status = 1
+        try:
+            parent.close()  # as Celery's worker_process_init does
+            inherited.total_changes  # noqa: B018  (raises on a connection SQLite closed)
+            kept = all(
+                any(carried is own for carried in base.inherited)
+                for own in (inherited, *threads_own)
+            )
+            with sqlite_file.create_connection("default").cursor() as cursor:
+                cursor.execute("INSERT INTO entry VALUES ('child')")
+            status = 0 if kept else 2
+        finally:
+            os._exit(status)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+    finish.set()
+    thread.join(10)
+
+    with parent.cursor() as cursor:  # the parent's connection still works
+        cursor.execute("SELECT writer FROM entry ORDER BY rowid")
+        assert [writer for (writer,) in cursor.fetchall()] == ["parent", "child"]

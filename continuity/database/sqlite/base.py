@@ -10,6 +10,12 @@ the write lock. Each of its writes then waits the whole `timeout` (30 s) and fai
 "database is locked" (SQLite's FAQ: do not carry an open database across a fork). An idle
 connection is carried across safely, so a fork here waits until no other thread is executing
 a statement or inside a transaction (`fork_gate`), and the threads wait while it forks.
+
+Carried across, a connection must also never be closed by the child: closing it there (as
+Celery does in each new pool process, and as Python does to the connections of the threads
+that did not follow the fork) waited on locks the child does not hold, for longer than the
+pool gives a new process to say it is up ("Timed out waiting for UP message"), which then
+killed it. The child keeps its parent's connections open and unused (`inherited`).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import os
 import sqlite3
 import threading
 import time
+import weakref
 from contextlib import contextmanager
 
 from django.db.backends.sqlite3 import base
@@ -37,6 +44,9 @@ class ForkGate:
     def __init__(self) -> None:
         self._condition = threading.Condition()
         self._holds: dict[int, int] = {}  # thread ident -> holds
+        self.open: weakref.WeakSet[Connection] = weakref.WeakSet()
+        # Held for the time of a fork: the child's copy keeps them from being closed there.
+        self._carried: list[Connection] = []
 
     def hold(self) -> int:
         """Hold the gate for this thread; the ident to release it with."""
@@ -68,8 +78,10 @@ class ForkGate:
                              "writes may fail with 'database is locked'")  # fmt: skip
                 break
             self._condition.wait(left)
+        self._carried = list(self.open)
 
     def after_fork_in_parent(self) -> None:
+        self._carried = []
         self._condition.release()
 
     def after_fork_in_child(self) -> None:
@@ -77,6 +89,13 @@ class ForkGate:
         me = threading.get_ident()
         self._condition = threading.Condition()
         self._holds = {me: self._holds[me]} if me in self._holds else {}
+        inherited.extend(self._carried)
+        self._carried = []
+        self.open = weakref.WeakSet()
+
+
+# The parent's connections, in a child: kept, so that none is closed when its object goes.
+inherited: list[Connection] = []
 
 
 fork_gate = ForkGate()
@@ -93,6 +112,11 @@ class Connection(sqlite3.Connection):
 
     _held_by: int | None = None  # the ident that holds the gate for the open transaction
 
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.opened_by = os.getpid()
+        fork_gate.open.add(self)
+
     def execute(self, *args, **kwargs):
         with self.gated():
             return super().execute(*args, **kwargs)
@@ -106,6 +130,8 @@ class Connection(sqlite3.Connection):
             super().rollback()
 
     def close(self) -> None:
+        if self.opened_by != os.getpid():
+            return  # the parent's: see the module's docstring
         with self.gated():
             super().close()
 
