@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -42,6 +43,7 @@ class Exchange:
     streamed_text: str = ""
     last_seq: int = 0
     recoveries: tuple[RecoveryBanner, ...] = ()
+    stopped_attempts: int = 0  # its attempts that crashed or were interrupted mid-answer
     versions: Versions | None = None
     interrupted: Interrupted | None = None
     tool_calls: tuple[ToolCall, ...] = ()
@@ -206,9 +208,9 @@ def exchanges_from(*, messages: QuerySet[Message]) -> list[Exchange]:
     interrupted = interrupted_runs(message_ids=waiting)
     # A recovery is recorded for an attempt that follows another on the same message: a
     # crashed attempt keeps its count, an interrupted one moves it to `interruptions`.
-    banners = recovery_banners(
-        message_ids=[m.pk for m in messages if m.attempts + m.interruptions > 1]
-    )
+    resumed = [m.pk for m in messages if m.attempts + m.interruptions > 1]
+    banners = recovery_banners(message_ids=resumed)
+    stopped = stopped_attempts(message_ids=resumed)
     # A version is added only while nothing in the conversation is waiting, so a message with
     # later versions is a version itself or settled.
     versions = versions_of(
@@ -233,6 +235,7 @@ def exchanges_from(*, messages: QuerySet[Message]) -> list[Exchange]:
             message=m,
             reply=getattr(m, "reply", None) if m.pk in settled_ids else None,
             recoveries=banners.get(m.pk, ()),
+            stopped_attempts=stopped.get(m.pk, 0),
             versions=versions.get(m.pk),
             interrupted=interrupted.get(m.pk),
             tool_calls=calls.get(m.pk, ()),
@@ -289,6 +292,21 @@ def recovery_banners(*, message_ids: list[int]) -> dict[int, tuple[RecoveryBanne
     return found
 
 
+def stopped_attempts(*, message_ids: list[int]) -> dict[int, int]:
+    """For each message, how many of its attempts crashed or were interrupted mid-answer (not
+    those given back before the model wrote: the person saw no interruption). A message
+    dead-lettered after three crashes had three, and two recoveries."""
+    if not message_ids:
+        return {}
+    found: Counter[int] = Counter()
+    for run in Run.objects.filter(
+        message_id__in=message_ids, state__in=(Run.State.CRASHED, Run.State.INTERRUPTED)
+    ).only("message_id", "state", "error"):
+        if not given_back_unstarted(run):
+            found[run.message_id] += 1
+    return dict(found)
+
+
 def streaming_runs(*, message_ids: Iterable[int]) -> dict[int, dict]:
     """For each message being answered: its live run and the chunks that run has stored."""
     runs = Run.objects.filter(message_id__in=list(message_ids), state=Run.State.RUNNING)
@@ -341,11 +359,19 @@ def newest_message_id(*, conversation: Conversation) -> int:
     return conversation.messages.aggregate(newest=Max("pk"))["newest"] or 0
 
 
-def retry_wait_of(*, conversation: Conversation) -> int | None:
-    """Seconds until an interrupted message is tried again (the backoff, on the database's
-    clock), or None when no message waits on one: paused, an attempt running, nothing queued.
-    While the model server is unavailable or busy, every queued message waits on it, tried or
-    not.
+@dataclass(frozen=True)
+class Backoff:
+    """A backoff a waiting message sits out: the seconds left, and how many times in a row the
+    message crashed (each crash makes the next wait longer)."""
+
+    seconds: int
+    crashes: int
+
+
+def backoff_of(*, conversation: Conversation) -> Backoff | None:
+    """The backoff until an interrupted message is tried again (on the database's clock), or
+    None when no message waits on one: paused, an attempt running, nothing queued. While the
+    model server is unavailable or busy, every queued message waits on it, tried or not.
     `conversation` is freshly read: without a retry time set there is nothing to ask."""
     if conversation.retry_at is None:
         return None
@@ -355,7 +381,7 @@ def retry_wait_of(*, conversation: Conversation) -> int | None:
         Conversation.WaitingFor.MODEL_BUSY,
     ):
         tried = Q()
-    wait = (
+    found = (
         Conversation.objects.filter(
             tried,
             pk=conversation.pk,
@@ -365,18 +391,26 @@ def retry_wait_of(*, conversation: Conversation) -> int | None:
             messages__state=Message.State.QUEUED,
         )
         .exclude(runs__state=Run.State.RUNNING)
-        .annotate(wait=ExpressionWrapper(F("retry_at") - Now(), output_field=DurationField()))
-        .values_list("wait", flat=True)
+        .values("pk")
+        .annotate(
+            wait=Max(ExpressionWrapper(F("retry_at") - Now(), output_field=DurationField())),
+            crashes=Max("messages__attempts"),
+        )
+        .values_list("wait", "crashes")
         .first()
     )
-    return None if wait is None else max(1, math.ceil(wait.total_seconds()))
+    if found is None:
+        return None
+    wait, crashes = found
+    return Backoff(seconds=max(1, math.ceil(wait.total_seconds())), crashes=crashes or 0)
 
 
 def conversation_status(*, conversation: Conversation) -> dict:
     """What the status next to the composer needs: the conversation's state, any backoff, and
     whether an interrupted message waits for a worker with no backoff (after a planned
     restart, say)."""
-    retry_in = retry_wait_of(conversation=conversation)
+    backoff = backoff_of(conversation=conversation)
+    retry_in = backoff.seconds if backoff else None
     resuming = (
         retry_in is None
         and conversation.state == Conversation.State.ACTIVE
@@ -413,6 +447,10 @@ def conversation_status(*, conversation: Conversation) -> dict:
         "conversation": conversation,
         "approval_due": approval_due,
         "retry_in": None if approval_due else retry_in,
+        # Why the backoff is as long as it is: it grows with each crash of the same message.
+        "crashes": backoff.crashes
+        if backoff and conversation.waiting_for == Conversation.WaitingFor.ATTEMPT
+        else 0,
         "resuming": resuming,
         "support": conversation.taken_over_by if conversation.state == "taken_over" else None,
         "assistant_back": back and conversation.state == Conversation.State.ACTIVE,

@@ -309,21 +309,8 @@ class BuiltinBrain:
         )
         if context.retelling and plan["intent"] not in VARIED_INTENTS:
             reply = f"{worded(RETOLD, context.retelling - 1)}{reply}"
-        if context.recovery is not None:
-            return f"{self.recovery_sentence(context)}\n\n{reply}"
+        # An interruption is the page's to say (its banner, above the reply), once.
         return reply
-
-    def recovery_sentence(self, context: Context) -> str:
-        """One sentence on the interruption (as the banner words it) and what this reply
-        continues with."""
-        recovery = context.recovery
-        restored = "our conversation and what I remember about you"
-        if context.handoff is not None:
-            restored = "my notes on where we were"
-        return (
-            f"(I was interrupted — {recovery.label} — and picked up again from {restored}; "
-            f"continuing with your message “{clip(context.text, 60, strip=LOOSE_ENDS)}”.)"
-        )
 
     def reply_ask_name(self, *, name: str | None, **_) -> str:
         if name:

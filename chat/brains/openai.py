@@ -176,7 +176,8 @@ def system_prompt(context: Context, *, tools_note: str = "") -> str:
     if recovery := context.recovery:
         parts.append(
             f"Your answer to the user's latest message was interrupted ({recovery.label}). "
-            "Begin your reply with one short sentence saying so, then answer it."
+            "The user's page already says so above your reply: do not mention it; answer "
+            "the message."
         )
     parts.append(tools_note)
     return "\n\n".join(part for part in parts if part)

@@ -140,8 +140,11 @@ def test_a_crash_and_a_web_restart_mid_reply_leave_one_clean_reply_and_a_banner(
     )
     exchange = page.locator(f"#exchange-{message.pk}")
     banner = exchange.locator("[data-recovery]")
-    # The banner appears live, at this point of the conversation, once the retry resumes.
-    expect(banner).to_contain_text("I was interrupted at")
+    # The banner appears live, at this point of the conversation, once the retry resumes: one
+    # short line, the details behind "Show what was recovered".
+    expect(banner).to_contain_text("Sorry, I was cut off at")
+    expect(banner).to_contain_text("and started again.")
+    expect(banner.locator("[data-recovered]")).not_to_have_attribute("open", "")
     expect(banner).to_contain_text("(a worker process stopped) and picked up")
     expect(page.locator(f'[data-streaming][data-run="{retry.pk}"]')).to_be_visible()
     web.kill_all()  # the web tier dies mid-reply and comes back on the same address
@@ -154,11 +157,10 @@ def test_a_crash_and_a_web_restart_mid_reply_leave_one_clean_reply_and_a_banner(
     expect(reply).to_contain_text("Noted that you like tea.", timeout=30_000)
     expect(reply).to_have_count(1)
     final = Message.objects.get(reply_to=message).text
-    # The first reply after the restart says so in one sentence, then answers as it would have.
-    assert final.startswith(
-        "(I was interrupted — a worker process stopped — and picked up again from my notes on"
-    )
-    assert final.endswith(body) and final.count("Noted that you like tea.") == 1
+    # The banner says it, once: the reply answers as it would have, and nothing more.
+    assert final == body
+    expect(exchange).to_contain_text("cut off", use_inner_text=True)
+    assert exchange.inner_text().count("cut off") == 1
 
     shown = page.evaluate("window.__streamed")
     assert {str(crashed.pk), str(retry.pk)} <= {run for run, _ in shown}
@@ -178,9 +180,13 @@ def test_a_crash_and_a_web_restart_mid_reply_leave_one_clean_reply_and_a_banner(
 
     page.reload()
     expect(page.locator(f"#exchange-{message.pk} [data-recovery]")).to_contain_text(
+        "Sorry, I was cut off at"
+    )
+    page.locator(f"#exchange-{message.pk}").get_by_text("Show what was recovered").click()
+    expect(page.locator(f"#exchange-{message.pk} [data-recovery-words]")).to_contain_text(
         "I was interrupted at"
     )
-    page.get_by_role("link", name="Show what was recovered").click()
+    page.get_by_role("link", name="What I was given to go on").click()
     given = page.locator("[data-recovered-context]")
     expect(given).to_contain_text("What I remember about you")
     expect(page.locator("[data-technical-details]")).not_to_have_attribute("open", "")

@@ -10,7 +10,10 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import Page, expect
 
+from continuity.delivery.attempts.failures import attempt_end
 from continuity.delivery.attempts.lease import attempt_begin
+from continuity.delivery.pauses import conversation_pause
+from continuity.live.events import publish_message_changed
 from continuity.models import Conversation, Run
 from tests.helpers.browser import log_in
 from tests.helpers.factories import ConversationFactory, MessageFactory, UserFactory
@@ -62,19 +65,24 @@ def test_a_reply_with_no_chunk_for_a_few_seconds_is_taking_longer_than_usual(pag
 
 def test_a_backoff_shows_a_countdown_and_retry_now_ends_it(page: Page, site):
     conversation = ConversationFactory(owner=UserFactory())
-    message = MessageFactory(conversation=conversation, text="Try this", attempts=1)
+    message = MessageFactory(conversation=conversation, text="Try this", attempts=2)
     now = timezone.now()
-    Run.objects.create(
-        conversation=conversation,
-        message=message,
-        attempt=1,
-        state=Run.State.CRASHED,
-        heartbeat_at=now,
-        ended_at=now,
-    )
+    for attempt in (1, 2):
+        Run.objects.create(
+            conversation=conversation,
+            message=message,
+            attempt=attempt,
+            state=Run.State.CRASHED,
+            heartbeat_at=now,
+            ended_at=now,
+        )
     Conversation.objects.filter(pk=conversation.pk).update(retry_at=now + timedelta(seconds=90))
 
     open_conversation(page, site, conversation)
+    # Why the wait is this long: it grows with each crash of the message.
+    expect(page.locator("#conversation-status")).to_contain_text(
+        "I was cut off 2 times in a row on this message, so I wait a little longer before each try."
+    )
     countdown = page.locator("#conversation-status [data-countdown]")
     expect(countdown).to_have_text(re.compile(r"Picking up again in (8\d|90) s…"))
     first = countdown.text_content()
@@ -111,3 +119,22 @@ def test_a_paused_conversation_says_so_next_to_the_composer(page: Page, site):
     expect(page.get_by_text("Taking longer than usual…")).to_be_hidden()
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=ARTIFACTS / "composer-paused.png", full_page=True)
+
+
+def test_the_screen_reader_status_says_a_pause_not_answering(page: Page, site):
+    """The page's live region said "Answering…" when an attempt began; when it is cut off and
+    the conversation paused, it says so: "Answering…" is not the last thing said."""
+    conversation = ConversationFactory(owner=UserFactory())
+    message = MessageFactory(conversation=conversation, text="Hello?")
+    open_conversation(page, site, conversation)
+    said = page.locator("[data-answer-status]")
+
+    run = attempt_begin(conversation_id=conversation.pk)
+    publish_message_changed(conversation_id=conversation.pk, message_id=message.pk)
+    expect(said).to_have_text("Answering…")
+
+    attempt_end(run_id=run.pk, state="crashed", error="boom", detected_by="watchdog")
+    conversation_pause(conversation=Conversation.objects.get(pk=conversation.pk), reason="test")
+    publish_message_changed(conversation_id=conversation.pk, message_id=message.pk)
+    expect(page.locator("[data-paused]")).to_be_visible()
+    expect(said).to_have_text("Paused: your messages are kept")

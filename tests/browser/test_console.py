@@ -255,6 +255,11 @@ def test_the_timeline_of_a_message_that_crashed_twice_then_was_answered(browser,
         timeout=60,
         what="the answer after two crashes",
     )
+    # The person's page: one short line for the two interruptions, said once.
+    exchange = user.locator(f"#exchange-{message.pk}")
+    expect(exchange.locator(".banner.recovery")).to_have_count(1)
+    expect(exchange.locator(".banner.recovery")).to_contain_text("and 2 times in all")
+    expect(exchange.locator(".bubble.assistant")).not_to_contain_text("interrupted")
 
     # Found from the message id the user's page has (#exchange-<id>).
     staff.goto(f"{site.url}/dashboard/")

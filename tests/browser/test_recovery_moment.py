@@ -93,6 +93,11 @@ def test_a_sigkill_mid_reply_keeps_the_partial_reply_and_shows_one_status(page: 
                 screenshots(page, "recovery-crash-in-progress")
         page.wait_for_timeout(100)
     assert seen_while_waiting, "the interrupted reply was never shown while it waited"
+    # The message's event and the status's are two: on a loaded machine the dimmed reply may
+    # show a moment before the status does. From the status on, it stays until the resume.
+    while seen_while_waiting and not seen_while_waiting[0]:
+        seen_while_waiting.pop(0)
+    assert seen_while_waiting, "no status while the message waited"
     assert all(len(notices) == 1 for notices in seen_while_waiting), seen_while_waiting
     assert any("Picking up again in" in notices[0] for notices in seen_while_waiting)
     assert not any("Taking longer than usual" in n[0] for n in seen_while_waiting)
@@ -104,11 +109,17 @@ def test_a_sigkill_mid_reply_keeps_the_partial_reply_and_shows_one_status(page: 
     expect(exchange.locator(".bubble.assistant")).to_have_count(1)
     reply = exchange.locator(".bubble.assistant.markdown")
     expect(reply).to_contain_text("Noted that you like tea.", timeout=30_000)
-    expect(exchange.locator("[data-recovery]")).to_contain_text("(a worker process stopped)")
+    banner = exchange.locator("[data-recovery]")
+    expect(banner).to_contain_text(
+        re.compile(r"Sorry, I was cut off at [^,]+, and started again\.")
+    )
     expect(exchange.locator("[data-interrupted]")).to_have_count(0)
     assert len(visible_notices(page)) == 1  # the banner; the status line is gone
     screenshots(page, "recovery-after")
-    page.get_by_role("link", name="Show what was recovered").click()
+    banner.get_by_text("Show what was recovered").click()
+    expect(banner).to_contain_text("(a worker process stopped)")
+    screenshots(page, "recovery-after-details")
+    page.get_by_role("link", name="What I was given to go on").click()
     expect(page.get_by_role("heading", level=1)).to_have_text("What was recovered")
     screenshots(page, "recovery-context-page")
     assert worker.alive()
@@ -174,7 +185,8 @@ def test_a_message_that_keeps_killing_the_worker_shows_one_outcome(page: Page, p
     expect(exchange.locator(".banner.recovery")).to_have_count(0)
     expect(exchange.locator("[data-interrupted]")).to_have_count(0)
     details = exchange.locator("[data-earlier-attempts]")
-    expect(details.locator("summary")).to_have_text("Details: 2 earlier attempts were interrupted")
+    # Three attempts, each killed: all three counted (the third was resumed by none).
+    expect(details.locator("summary")).to_have_text("Details: 3 attempts were interrupted")
     expect(details).not_to_have_attribute("open", "")
     screenshots(page, "recovery-dead-lettered")
     details.locator("summary").click()

@@ -46,11 +46,8 @@ def test_a_crash_then_a_resume_records_a_recovery_the_banner_and_the_reply_speak
     assert recovery.kind == "crash" and recovery.interrupted_run.state == "crashed"
     assert recovery.run.state == "completed" and recovery.down_seconds >= 0
 
-    reply = Message.objects.get(reply_to=message).text
-    assert reply.startswith(
-        "(I was interrupted — a worker process stopped — and picked up again from"
-    )
-    assert reply.endswith("Your name is **Ada**.")
+    # The banner says it; the reply only answers.
+    assert Message.objects.get(reply_to=message).text == "Your name is **Ada**."
 
     restored = restored_of(RunContext.objects.get(run=recovery.run))
     # The name (the goal is the conversation's, in its handoff); one earlier exchange.
@@ -58,7 +55,9 @@ def test_a_crash_then_a_resume_records_a_recovery_the_banner_and_the_reply_speak
     page = Client()
     page.force_login(chat.owner)
     html = page.get(reverse("chat:conversation", args=[chat.pk])).content.decode()
-    assert "I was interrupted at <time" in html
+    banner = html.split("data-recovery=")[1].split("</div>\n")[0]
+    assert "Sorry, I was cut off at <time" in banner and banner.count("cut off") == 1
+    assert "I was interrupted at <time" in banner  # behind "Show what was recovered"
     assert re.search(
         r"\(a worker process stopped\) and picked up \d+ s later from my notes on this "
         r"conversation, 1 thing I remember about you and our last 2 messages\.",
@@ -194,9 +193,7 @@ def test_a_resume_from_pause_is_told_as_such(chat):
     )
     drain_conversation(conversation_id=chat.pk)
     assert Recovery.objects.get(message=message).kind == "pause"
-    assert Message.objects.get(reply_to=message).text.startswith(
-        "(I was interrupted — repeated crashes paused this conversation"
-    )
+    assert "interrupted" not in Message.objects.get(reply_to=message).text
 
 
 # A failed attempt is recorded after its connection is closed: real commits.
@@ -221,7 +218,8 @@ def test_a_message_that_ends_dead_shows_one_outcome_and_its_interruptions_as_det
     assert "This message could not be processed" in exchange
     assert 'class="banner recovery"' not in exchange  # no success-sounding banner before it
     details = exchange.split("data-earlier-attempts>")[1].split("</details>")[0]
-    assert "Details: 1 earlier attempt was interrupted" in details
+    # The first attempt was interrupted; the resumed ones failed (the outcome says so).
+    assert "Details: 1 attempt was interrupted" in details
     assert details.count("I was interrupted at") == 1
 
 
@@ -232,12 +230,60 @@ def test_a_model_server_outage_is_named_as_such_and_a_wait_for_a_free_slot_is_no
     recovery = Recovery.objects.get(message=outage)
     assert recovery.kind == "model_unavailable"
     assert recovery_words(recovery).what == "the model server was unavailable"
-    assert Message.objects.get(reply_to=outage).text.startswith(
-        "(I was interrupted — the model server was unavailable — and picked up again"
-    )
+    assert "interrupted" not in Message.objects.get(reply_to=outage).text
 
     busy = interrupted_then_resumed(
         chat, "What's my goal?", state="interrupted", error=f"{MODEL_BUSY}: all slots taken"
     )
     assert not Recovery.objects.filter(message=busy).exists()  # it only waited its turn
     assert not Message.objects.get(reply_to=busy).text.startswith("(I was interrupted")
+
+
+def crashed_attempts(conversation, count: int) -> None:
+    """`count` attempts on the conversation's waiting message, each crashed mid-answer, with the
+    recovery that each attempt after the first records once it runs (written here: an attempt
+    of this process cannot be SIGKILLed; test_console's browser test does it for real)."""
+    runs = []
+    for _ in range(count):
+        run = attempt_begin(conversation_id=conversation.pk)
+        if runs:
+            Recovery.objects.create(
+                conversation=conversation, message_id=run.message_id, run=run,
+                interrupted_run=runs[-1], kind="crash", interrupted_at=runs[-1].started_at,
+            )  # fmt: skip
+        attempt_end(run_id=run.pk, state="crashed", error="boom", detected_by="watchdog")
+        Conversation.objects.filter(pk=conversation.pk).update(retry_at=None)
+        runs.append(run)
+
+
+def exchange_html(conversation, message) -> str:
+    page = Client()
+    page.force_login(conversation.owner)
+    html = page.get(reverse("chat:conversation", args=[conversation.pk])).content.decode()
+    return html.split(f'id="exchange-{message.pk}"')[1].split("</article>")[0]
+
+
+def test_a_message_cut_off_twice_then_answered_has_one_banner(chat):
+    message = send(chat, "What's my name?")
+    crashed_attempts(chat, 2)
+    drain_conversation(conversation_id=chat.pk)
+    assert Recovery.objects.filter(message=message).count() == 2
+    assert Message.objects.get(reply_to=message).text == "Your name is **Ada**."
+
+    exchange = exchange_html(chat, message)
+    assert exchange.count('class="banner recovery"') == 1
+    assert "Sorry, I was cut off at <time" in exchange
+    assert "and 2 times in all, and started again." in exchange
+    assert exchange.count("data-recovery-words=") == 2  # each, behind "Show what was recovered"
+
+
+def test_a_dead_letter_counts_each_attempt_that_was_cut_off(chat, settings):
+    settings.CONTINUITY_MAX_ATTEMPTS = 3
+    message = send(chat, "What's my name?")
+    crashed_attempts(chat, 3)
+    message.refresh_from_db()
+    assert message.state == "dead" and Recovery.objects.filter(message=message).count() == 2
+
+    exchange = exchange_html(chat, message)
+    assert "Details: 3 attempts were interrupted" in exchange
+    assert 'class="banner recovery"' not in exchange

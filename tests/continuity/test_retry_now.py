@@ -11,7 +11,7 @@ from django.utils import timezone
 from continuity.actions import conversation_retry_now
 from continuity.errors import InvalidTransition
 from continuity.models import Conversation, Run
-from continuity.selectors import retry_wait_of
+from continuity.selectors import backoff_of
 from tests.helpers.factories import ConversationFactory, MessageFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -38,7 +38,7 @@ def backing_off(conversation):
 
 
 def test_the_wait_is_shown_in_seconds(backing_off):
-    assert 58 <= retry_wait_of(conversation=backing_off) <= 60
+    assert 58 <= backoff_of(conversation=backing_off).seconds <= 60
 
 
 @pytest.mark.django_db(transaction=True)  # what it sends goes on commit
@@ -48,7 +48,7 @@ def test_retry_now_ends_the_backoff_and_enqueues(backing_off):
     backing_off.refresh_from_db()
     assert backing_off.retry_at <= timezone.now()
     assert backing_off.enqueued_at >= before - timedelta(seconds=5)
-    assert retry_wait_of(conversation=backing_off) is None
+    assert backoff_of(conversation=backing_off) is None
 
 
 def test_a_paused_conversation_is_not_retried(backing_off):
@@ -57,7 +57,7 @@ def test_a_paused_conversation_is_not_retried(backing_off):
     with pytest.raises(InvalidTransition):
         conversation_retry_now(conversation=backing_off)
     assert Conversation.objects.get(pk=backing_off.pk).retry_at == retry_at
-    assert retry_wait_of(conversation=Conversation.objects.get(pk=backing_off.pk)) is None
+    assert backoff_of(conversation=Conversation.objects.get(pk=backing_off.pk)) is None
 
 
 def test_nothing_is_retried_while_an_attempt_runs(backing_off):
@@ -69,14 +69,14 @@ def test_nothing_is_retried_while_an_attempt_runs(backing_off):
     with pytest.raises(InvalidTransition):
         conversation_retry_now(conversation=backing_off)
     assert Conversation.objects.get(pk=backing_off.pk).retry_at == retry_at
-    assert retry_wait_of(conversation=backing_off) is None
+    assert backoff_of(conversation=backing_off) is None
 
 
 def test_without_a_backoff_there_is_nothing_to_retry(conversation):
     MessageFactory(conversation=conversation, attempts=1)
     with pytest.raises(InvalidTransition):
         conversation_retry_now(conversation=conversation)
-    assert retry_wait_of(conversation=conversation) is None
+    assert backoff_of(conversation=conversation) is None
 
 
 @pytest.mark.parametrize(

@@ -15,9 +15,14 @@ export const awaitingSync = new Set();
 const ANSWER_LABELS = { processing: "Answering…", done: "Answered", dead: "Could not be answered" };
 const announcedLabel = new Map(); // message id -> the label last announced (or seen at load)
 
+// A message sent back to the queue after its answer began was cut off: "Answering…" would
+// stay the last thing said while it waits.
+const AGAIN_LABEL = "Cut off; waiting to be answered again";
+
 export function noteState(exchange, { quietly = false } = {}) {
   const id = Number(exchange.dataset.messageId);
-  const label = ANSWER_LABELS[exchange.dataset.state];
+  const again = exchange.dataset.state === "queued" && announcedLabel.get(id) === ANSWER_LABELS.processing;
+  const label = again ? AGAIN_LABEL : ANSWER_LABELS[exchange.dataset.state];
   if (!label || announcedLabel.get(id) === label) return;
   announcedLabel.set(id, label);
   if (!quietly) announce(label);

@@ -1,8 +1,8 @@
 // The live channel: a websocket per conversation page, its events applied, catch-ups asked for,
-// and reconnects with full jitter (docs/live-protocol.md).
+// and reconnects with equal jitter (docs/live-protocol.md).
 
 import { keepDraft, signedOut } from "./composer.js";
-import { exchangesBox, fragmentOf, nearBottom, scrollToEnd } from "./dom.js";
+import { announce, exchangesBox, fragmentOf, nearBottom, scrollToEnd } from "./dom.js";
 import { awaitingSync, waiting, progressed, sameStatus, upsertFragment } from "./exchanges.js";
 import { localTimes } from "./enhance.js";
 import { renderSoon } from "./markdown.js";
@@ -140,6 +140,10 @@ export function liveChannel(main) {
       status.replaceWith(incoming);
       htmx.process(incoming); // its *Retry now* form posts with htmx (and the CSRF header)
       localTimes(incoming); // a deadline it names, in the reader's time
+      // Said by the page's one live region: a banner inserted anew is not read out by every
+      // screen reader, and "Answering…" must not stay the last thing said.
+      const said = incoming.querySelector("[data-announce]");
+      if (said) announce(said.dataset.announce);
     }
     const title = document.getElementById("conversation-title");
     const newTitle = fragment.getElementById("conversation-title");
