@@ -36,11 +36,24 @@ class HandoffNote:
     next_steps: list[str] = field(default_factory=list)
     decisions: list[str] = field(default_factory=list)
 
+    @property
+    def plan_steps(self) -> list[str]:
+        """The next steps of the task, without those the engine wrote for the agent alone
+        (ENGINE_STEPS): what a recap may tell the person."""
+        return [step for step in self.next_steps if not step.startswith(ENGINE_STEPS)]
+
+
+# Next steps the engine writes into a handoff for the agent, not for the person: after an
+# interruption, and after support handed the conversation back.
+ANSWER_INTERRUPTED = "Answer the interrupted message:"
+GO_ON_FROM_SUPPORT = "Go on from support's note, without asking again what they settled"
+ENGINE_STEPS = (ANSWER_INTERRUPTED, GO_ON_FROM_SUPPORT)
+
 
 @dataclass(frozen=True)
 class RecoveryNote:
-    """This attempt resumes work an earlier one left unfinished: the first reply after a
-    restart says so."""
+    """This attempt resumes work an earlier one left unfinished: the page says so, above the
+    reply."""
 
     kind: str  # a Recovery.Kind value
     label: str  # "a crash", "a planned restart", ...

@@ -10,7 +10,12 @@ def plural(count: float, noun: str) -> str:
 
 def clip(text: str, limit: int = 120, *, strip: str = "") -> str:
     """`text` on one line (its white space folded, then `strip` taken off its ends), cut to at
-    most `limit` characters with an ellipsis: how a message is quoted in a note, a reply or
-    the console."""
+    most `limit` characters with an ellipsis, between words (inside one only when a single
+    word fills the first half): how a message is quoted in a note, a reply or the console."""
     text = " ".join(text.split()).strip(strip or None)
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    if text[limit - 1] != " " and (space := cut.rfind(" ")) > limit // 2:
+        cut = cut[:space]
+    return cut.rstrip(" ,;:") + "…"

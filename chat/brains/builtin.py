@@ -205,7 +205,7 @@ class BuiltinBrain:
         plan: dict = {"intent": intent, "facts": facts}
         if goal:
             plan["goal"] = goal
-            plan["steps"] = goal_plan(goal)
+            plan["steps"] = goal_plan(reflect(goal))
         return plan
 
     def respond(
@@ -258,7 +258,7 @@ class BuiltinBrain:
                     word[0].upper() + word[1:] for word in match.group("name").split()
                 )
             if match := LIKE.search(sentence):
-                facts["likes"] = clip(match.group("thing"), strip=LOOSE_ENDS)
+                facts["likes"] = clip(reflect(match.group("thing")), strip=LOOSE_ENDS)
         return facts
 
     def goal_in(self, text: str) -> str | None:
@@ -304,7 +304,10 @@ class BuiltinBrain:
             plan=plan,
             known=known,
             name=known.get("name"),
-            goal=plan.get("goal") or conversation_goal(context),
+            # Said back to the person: "learn Italian before my trip" is "…your trip".
+            goal=reflect(goal)
+            if (goal := plan.get("goal") or conversation_goal(context))
+            else None,
             results=results,
         )
         if context.retelling and plan["intent"] not in VARIED_INTENTS:
@@ -324,9 +327,9 @@ class BuiltinBrain:
                 "I'll draft a plan."
             )
         note = context.handoff
-        plan = (note.next_steps if note else None) or goal_plan(goal)
+        plan = (note.plan_steps if note else None) or goal_plan(goal)
         steps = "\n".join(f"{i}. {s}" for i, s in enumerate(plan, 1))
-        return f"Your goal in this conversation is **{goal}**. The plan:\n\n{steps}"
+        return f"Your goal in this conversation: **{goal}**. The plan:\n\n{steps}"
 
     def reply_ask_memory(self, *, context: Context, known: dict, goal: str | None, **_) -> str:
         if not known and not goal and not context.summary:
@@ -336,7 +339,7 @@ class BuiltinBrain:
             sentences = "\n".join(f"- {fact_sentence(key, value)}" for key, value in known.items())
             parts.append(f"About you (I remember it in all your conversations):\n\n{sentences}")
         if goal:
-            parts.append(f"In this conversation, your goal is **{goal}**.")
+            parts.append(f"Your goal in this conversation: **{goal}**.")
         if context.summary:
             # Compacted turns left the prompt; what the user stated in them is in the summary.
             parts.append(f"From earlier in this conversation:\n\n{context.summary}")
@@ -346,7 +349,15 @@ class BuiltinBrain:
         """This conversation only: its goal, the last things said, what to keep in mind
         (corrections, staff's notes) and one next step, the handoff's when it has one (the
         working memory staff and the person can correct)."""
-        asked = [turn.text for turn in context.history if turn.role == "user"]
+        # What the person said about the task: not their questions to the assistant ("where
+        # were we?", "what's the plan?"), greetings or thanks.
+        asked = [
+            turn.text
+            for turn in context.history
+            if turn.role == "user"
+            and self.intent_of(turn.text, self.facts_in(turn.text), self.goal_in(turn.text))
+            in ("learn", "discuss")
+        ]
         note = context.handoff
         if not asked and not note and not goal:
             return "This is the start of our conversation, so there is nothing to recap yet."
@@ -357,7 +368,7 @@ class BuiltinBrain:
         lines += [f"- You said: “{clip(text, 80, strip=LOOSE_ENDS)}”" for text in asked[-3:]]
         if note and note.critical_context:
             lines += ["", "Keep in mind:", *(f"- {line}" for line in note.critical_context)]
-        step = (note.next_steps[0] if note and note.next_steps else None) or (
+        step = (note.plan_steps[0] if note and note.plan_steps else None) or (
             goal_plan(goal)[0] if goal else None
         )
         if step:
@@ -371,12 +382,12 @@ class BuiltinBrain:
             "and answer “where were we?” with a recap — even after a restart."
         )
 
-    def reply_learn(self, *, plan: dict, **_) -> str:
+    def reply_learn(self, *, plan: dict, goal: str | None, **_) -> str:
         facts = plan["facts"]
         parts = []
         if "name" in facts:
             parts.append(f"Nice to meet you, **{facts['name']}**! I'll remember your name.")
-        if goal := plan.get("goal"):
+        if plan.get("goal"):  # set by this message (`goal` is it, said back)
             steps = "\n".join(f"{i}. {s}" for i, s in enumerate(plan["steps"], 1))
             parts.append(f"Your goal in this conversation: **{goal}**. Here's a plan:\n\n{steps}")
         if "likes" in facts:

@@ -15,6 +15,7 @@ import logging
 from django.db import transaction
 from django.db.models.functions import Now
 
+from ..brains import GO_ON_FROM_SUPPORT
 from ..context.handoffs import handoff_revise, section_text
 from ..delivery.approvals import approvals_deny
 from ..delivery.attempts.locking import conversation_lock
@@ -164,8 +165,7 @@ def conversation_hand_back(*, conversation: Conversation, by, note: str) -> Hand
     def edit(sections: dict[str, str]) -> dict[str, str]:
         sections["critical_context"] = section_text([said, sections["critical_context"]])
         sections["next_steps"] = section_text(
-            ["Go on from support's note, without asking again what they settled",
-             sections["next_steps"]]
+            [GO_ON_FROM_SUPPORT, sections["next_steps"]]
         )  # fmt: skip
         return sections
 

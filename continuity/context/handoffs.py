@@ -13,7 +13,7 @@ from django.db import transaction
 from django.db.models import Max
 
 from .. import store
-from ..brains import HandoffNote
+from ..brains import ANSWER_INTERRUPTED, HandoffNote
 from ..models import Conversation, Handoff, Message, Run, sections_lines
 from ..store import contexts
 from ..words import clip
@@ -197,7 +197,6 @@ def note_sections(note: HandoffNote | None) -> dict[str, str]:
 
 
 INTERRUPTED = "Interrupted while answering:"
-ANSWER_INTERRUPTED = "Answer the interrupted message:"
 
 
 def without_interruption(text: str) -> str:

@@ -124,3 +124,46 @@ def test_a_goal_and_a_like_in_one_sentence_are_each_kept():
     text = "Hi, my goal is to finish the migration, and I like tea."
     assert brain.facts_in(text) == {"likes": "tea"}
     assert brain.goal_in(text) == "finish the migration"
+
+
+def test_a_like_and_a_goal_are_said_back_about_you():
+    _, facts = answer("I like slow Sunday lunches with my cousins")
+    assert facts == {"likes": "slow Sunday lunches with your cousins"}
+    reply, _ = answer("My goal is to learn Italian before my trip")
+    assert "Your goal in this conversation: **learn Italian before your trip**." in reply
+    assert " is learn" not in reply and "my trip" not in reply
+
+
+def test_a_long_goal_is_cut_between_words_outside_the_bold():
+    goal = "build a cabin by the lake with a wood stove " + "for long winters " * 8
+    reply, _ = answer(f"My goal is to {goal}")
+    stated = reply.split("**")[1]
+    assert stated.endswith("…") and len(stated) <= 120
+    assert stated.removesuffix("…").split()[-1] in goal.split()  # a whole word
+
+
+def test_where_were_we_after_a_hand_back_speaks_to_the_person():
+    from datetime import UTC, datetime
+
+    from continuity.brains import GO_ON_FROM_SUPPORT, HandoffNote, Turn
+
+    brain = BuiltinBrain()
+    said = ["My goal is to ship the compiler", "where were we?", "thanks", "what's the plan?",
+            "The parser still fails on nested generics"]  # fmt: skip
+    ctx = Context(
+        owner_id=1, conversation_id=1, message_id=9, attempt=1, text="Where were we?",
+        history=[turn for text in said for turn in (Turn("user", text), Turn("assistant", "…"))],
+        handoff=HandoffNote(
+            version=3, reason="handed_back", written_at=datetime.now(UTC),
+            critical_context=["Handed back by Opal from support: the refund was sent"],
+            next_steps=[GO_ON_FROM_SUPPORT],
+        ),
+    )  # fmt: skip
+    plan = brain.plan(ctx)
+    reply = "".join(brain.respond(ctx, plan))
+
+    assert "support's note, without asking" not in reply  # the agent's instruction
+    assert "You said: “where were we" not in reply and "“thanks”" not in reply
+    assert "what's the plan" not in reply
+    assert "You said: “The parser still fails on nested generics”" in reply
+    assert "the refund was sent" in reply  # support's note, for the person to keep in mind
