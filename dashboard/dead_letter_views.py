@@ -19,6 +19,7 @@ from continuity.actions import (
 )
 from continuity.errors import InvalidMessage, InvalidTransition
 from continuity.models import Conversation, DeadLetter, Message
+from continuity.words import plural
 
 from . import selectors
 from .decorators import staff_required
@@ -195,7 +196,7 @@ def dead_letter_bulk_view(request: HttpRequest) -> HttpResponse:
             if action == "retry"
             else "discarded"
         )
-        messages.success(request, f"{done} dead letter(s) {verb}.")
+        messages.success(request, f"{plural(done, 'dead letter')} {verb}.")
         for problem in problems:
             messages.warning(request, problem)
         return redirect(f"{reverse('dashboard:dead_letters')}?status=pending")

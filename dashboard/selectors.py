@@ -462,9 +462,11 @@ def attempt_times(*, run) -> dict:
     nothing at its death: its last heartbeat is its last sign of life, and `ended_at` is when
     the watchdog noticed, up to a heartbeat TTL later. The duration runs to the real end."""
     if run.state == Run.State.CRASHED and run.heartbeat_at is not None:
+        crash = CrashRecord.objects.filter(run_id=run.pk).first()
         return {
             "ended_at": run.heartbeat_at,
             "noticed_at": run.ended_at,
+            "noticed_by": crash.noticed_by if crash else "",
             "duration": run.heartbeat_at - run.started_at if run.started_at else None,
         }
     return {

@@ -96,7 +96,7 @@ def attempt_events(message: Message) -> list[Event]:
                 )
             )
             noticed = crash.detected_at if crash else run.ended_at
-            by = f" by the {crash.get_detected_by_display().lower()}" if crash else ""
+            by = f" by {crash.noticed_by}" if crash else ""
             events.append(
                 Event(noticed, f"Attempt {run.attempt}: crash noticed{by}", run.error, "crash")
             )

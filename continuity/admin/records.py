@@ -146,12 +146,20 @@ class ConversationAdmin(admin.ModelAdmin):
         "context_tools",
         "taken_over_by",
         "handed_back_at",
+        "waiting",
     ]
+    exclude = ["waiting_for"]  # said by `waiting`, which knows when nothing is waited for
     inlines = [MessageInline, RunInline, HandoffInline]
     actions = ["resume"]
 
     class Media:
         css = {"all": ["continuity/admin.css"]}
+
+    @admin.display(description="Waiting for")
+    def waiting(self, conversation):
+        if conversation.retry_at is None:
+            return "Nothing: no backoff is set"
+        return conversation.get_waiting_for_display()
 
     @admin.display(description="History")
     def history(self, conversation):

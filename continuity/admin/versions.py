@@ -79,6 +79,17 @@ class VersionedAdmin(admin.ModelAdmin):
     def has_change_permission(self, request, obj=None):
         return False  # the change page shows a version; the edit view adds the next one
 
+    # A version is history: no Delete on its page, nor among the list's actions. (The
+    # permission itself stays: deleting a conversation deletes its versions with it.)
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        extra_context = {**(extra_context or {}), "show_delete": False}
+        return super().change_view(request, object_id, form_url, extra_context)
+
+    def get_actions(self, request):
+        actions = super().get_actions(request)
+        actions.pop("delete_selected", None)
+        return actions
+
     def get_urls(self):
         name = f"{self.opts.app_label}_{self.opts.model_name}"
         return [

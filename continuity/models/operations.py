@@ -37,6 +37,19 @@ class CrashRecord(models.Model):
     def __str__(self) -> str:
         return f"Crash of attempt {self.run_id} ({self.detected_at:%Y-%m-%d %H:%M:%S})"
 
+    @property
+    def noticed_by(self) -> str:
+        """Who noticed it, as a sentence says it: "noticed by the watchdog"."""
+        return NOTICED_BY.get(self.detected_by) or self.get_detected_by_display()
+
+
+NOTICED_BY = {
+    CrashRecord.Detector.WATCHDOG: "the watchdog",
+    CrashRecord.Detector.DRAIN: "the conversation's next drain",
+    CrashRecord.Detector.WORKER_START: "its worker's start-up scan",
+    CrashRecord.Detector.POOL: "its worker, when the pool process died",
+}
+
 
 class DeadLetter(models.Model):
     class Status(models.TextChoices):

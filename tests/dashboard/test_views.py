@@ -223,7 +223,7 @@ def test_bulk_confirmation_names_the_count_then_acts_on_exactly_those(staff):
         {"action": "retry", "scope": "ticked", "ids": [*ids, handled.pk], "confirmed": "on"},
         follow=True,
     ).content.decode()
-    assert "3 dead letter(s) retried" in done and "was already" not in done
+    assert "3 dead letters retried" in done and "was already" not in done
     assert set(DeadLetter.objects.filter(status="retried").values_list("pk", flat=True)) == set(ids)
 
 
