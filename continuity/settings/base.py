@@ -11,8 +11,10 @@ VAR_DIR = env("CONTINUITY_VAR_DIR", BASE_DIR / "var")
 
 DEBUG = env("DEBUG", False)
 
+# Not "daphne": its app only gives `manage.py runserver` an ASGI server, and importing it
+# installs Twisted's reactor, a third of the import time of every process, workers included.
+# The web server is daphne itself (`make run`, continuity/ops/web.py).
 INSTALLED_APPS = [
-    "daphne",
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",
