@@ -10,6 +10,7 @@ skips that handover, so the worker registers `continuity_shutdown` below.
 from __future__ import annotations
 
 import logging
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -56,6 +57,13 @@ class Command:
     arguments: dict
     done: str  # what staff are told once the worker took it
     timeout: float = COMMAND_TIMEOUT_SECONDS
+    resizes: int = 0  # how the pool's size changes once the command took effect
+
+
+# A pool grows or shrinks a moment after its worker took the command (a process is forked, or
+# ends once idle): the answer waits this long for the new size, so that the page it leads to
+# shows it rather than the size before.
+RESIZE_WAIT_SECONDS = 5.0
 
 
 COMMANDS = {
@@ -66,9 +74,15 @@ COMMANDS = {
         "shuts down: its running attempts are handed over, and it exits once its pool is idle",
         timeout=SHUTDOWN_TIMEOUT_SECONDS,
     ),
-    "grow": Command(StaffAction.Kind.POOL_GROW, "pool_grow", {"n": 1}, "grows its pool by one"),
+    "grow": Command(
+        StaffAction.Kind.POOL_GROW, "pool_grow", {"n": 1}, "grew its pool by one", resizes=1
+    ),
     "shrink": Command(
-        StaffAction.Kind.POOL_SHRINK, "continuity_pool_shrink", {}, "shrinks its pool by one"
+        StaffAction.Kind.POOL_SHRINK,
+        "continuity_pool_shrink",
+        {},
+        "shrank its pool by one",
+        resizes=-1,
     ),
     "restart": Command(
         StaffAction.Kind.POOL_RESTART,
@@ -122,6 +136,7 @@ def worker_command(*, worker: Worker, action: str, by, reason: str) -> str:
     """Send `action` (a COMMANDS key) to `worker`, and record who asked and why once it took
     it. What the worker said, for staff."""
     command = COMMANDS[action]
+    before = pools_of([worker.name]).get(worker.name) if command.resizes else None
     with broker_connection() as connection:
         try:
             replies = celery_app.control.broadcast(
@@ -151,7 +166,32 @@ def worker_command(*, worker: Worker, action: str, by, reason: str) -> str:
         details={"worker": worker.name, "answer": answer.get("ok", "")},
     )
     logger.info("Worker %s: %s by %s (%s)", worker.name, command.name, by, reason)
-    return f"Worker {worker.name} {command.done}."
+    if before is None:
+        return f"Worker {worker.name} {command.done}."
+    return f"Worker {worker.name} {command.done}: {pool_resized(worker.name, before, command)}."
+
+
+def pool_resized(name: str, before: Pool, command: Command) -> str:
+    """The pool's size once the command took effect, waited for RESIZE_WAIT_SECONDS at most."""
+    wanted = before.processes + command.resizes
+    deadline = time.monotonic() + RESIZE_WAIT_SECONDS
+    now = before
+    while time.monotonic() < deadline:
+        try:
+            now = pools_of([name]).get(name) or now
+        except BrokerUnavailable:
+            break
+        if now.processes == wanted:
+            return f"it has {processes(wanted)} now"
+        time.sleep(0.2)
+    return (
+        f"it had {processes(now.processes)} a moment ago, and will have {wanted} once the "
+        "change is applied (the table shows the size it reports)"
+    )
+
+
+def processes(count: int) -> str:
+    return f"{count} process{'' if count == 1 else 'es'}"
 
 
 SHRINK_REFUSED = (
