@@ -30,7 +30,7 @@ from .context.recoveries import (
     run_stop_kind,
 )
 from .errors import AWAITING_APPROVAL
-from .models import Conversation, Message, Recovery, ReplyChunk, Run, ToolCall
+from .models import Alert, Conversation, Message, Recovery, ReplyChunk, Run, ToolCall
 
 
 @dataclass(frozen=True)
@@ -443,8 +443,23 @@ def conversation_status(*, conversation: Conversation) -> dict:
             message__state__in=Message.WAITING_STATES,
             state=ToolCall.State.AWAITING,
         ).aggregate(due=Min("approval_due_at"))["due"]
+
+    def no_worker() -> bool:
+        """No worker runs (the watchdog's open alert) while this conversation has a message
+        waiting: asked by the status only where nothing else explains the wait."""
+        return (
+            conversation.state == Conversation.State.ACTIVE
+            and Alert.objects.filter(
+                kind=Alert.Kind.NO_WORKER, acknowledged_at__isnull=True
+            ).exists()
+            and conversation.messages.filter(
+                role=Message.Role.USER, state__in=Message.WAITING_STATES
+            ).exists()
+        )
+
     return {
         "conversation": conversation,
+        "no_worker": no_worker,
         "approval_due": approval_due,
         "retry_in": None if approval_due else retry_in,
         # Why the backoff is as long as it is: it grows with each crash of the same message.

@@ -53,6 +53,11 @@ def workers_live() -> Q:
     return Q(stopped_at__isnull=True, last_seen_at__gte=stale_before())
 
 
+def no_worker_alert() -> Alert | None:
+    """The watchdog's open alert that no worker runs while messages wait."""
+    return Alert.objects.filter(kind=Alert.Kind.NO_WORKER, acknowledged_at__isnull=True).first()
+
+
 def workers_overview() -> QuerySet[Worker]:
     return Worker.objects.annotate(
         status=Case(

@@ -51,6 +51,7 @@ def index_view(request: HtmxHttpRequest) -> HttpResponse:
             "open": selectors.open_figures(),
             "chart": timeline_chart(selectors.crash_timeline()),
             "alerts_configured": alerts_reach_someone(),
+            "no_worker": selectors.no_worker_alert(),
             "heartbeat_seconds": settings.CONTINUITY_HEARTBEAT_SECONDS,
         },
     )

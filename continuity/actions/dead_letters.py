@@ -13,7 +13,7 @@ from ..delivery.audit import staff_action_record
 from ..delivery.inbox import message_bump, message_clean_text, message_queue
 from ..errors import InvalidMessage, InvalidTransition
 from ..live.events import publish_message_changed
-from ..models import DeadLetter, Message, StaffAction
+from ..models import Alert, DeadLetter, Message, StaffAction
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +73,7 @@ def dead_letter_retry(
         conversation_id=original.conversation_id,
         details={"original_text": original.text, "text": new_text, "message_id": reask.pk},
     )
+    dead_letter_alert_clear(dead_letter=dead_letter, by=by)
     dead_letter_show_outcome(original)
     logger.info("Dead letter %s retried by %s as message %s", dead_letter.pk, by, reask.pk)
     return reask
@@ -86,6 +87,7 @@ def dead_letter_replace(*, message_id: int, by, edit: Message) -> None:
     if dead_letter is None:
         return
     replaced.update(status=DeadLetter.Status.REPLACED, resolved_at=timezone.now(), resolved_by=by)
+    dead_letter_alert_clear(dead_letter=dead_letter, by=by)
     staff_action_record(
         kind=StaffAction.Kind.REPLACED_BY_EDIT,
         by=by,
@@ -117,8 +119,17 @@ def dead_letter_discard(*, dead_letter: DeadLetter, by, reason: str) -> None:
         dead_letter=dead_letter,
         conversation_id=dead_letter.conversation_id,
     )
+    dead_letter_alert_clear(dead_letter=dead_letter, by=by)
     dead_letter_show_outcome(dead_letter.message)
     logger.info("Dead letter %s discarded by %s: %s", dead_letter.pk, by, reason)
+
+
+def dead_letter_alert_clear(*, dead_letter: DeadLetter, by) -> None:
+    """A dead letter dealt with (retried, discarded, replaced by its owner's edit) is no longer
+    something to be alerted to."""
+    Alert.objects.filter(dead_letter=dead_letter, acknowledged_at__isnull=True).update(
+        acknowledged_at=timezone.now(), acknowledged_by=by
+    )
 
 
 def owner_retried_before(message: Message) -> bool:

@@ -29,6 +29,7 @@ from .redis_connection import redis_client
 from .retention import retention_prune, working_state_prune
 from .tool_servers import tool_servers_check
 from .watchdog import watchdog_tick
+from .workers import crash_burst_check, waiting_messages, workers_check
 
 __all__ = [
     "BUCKET",
@@ -51,6 +52,9 @@ __all__ = [
     "retention_prune",
     "stale_before",
     "tool_servers_check",
+    "crash_burst_check",
+    "waiting_messages",
+    "workers_check",
     "watchdog_tick",
     "working_state_prune",
 ]

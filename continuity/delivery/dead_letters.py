@@ -8,7 +8,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from ..live.events import publish_message_changed
-from ..models import Conversation, CrashRecord, DeadLetter, Message, Run
+from ..models import Alert, Conversation, CrashRecord, DeadLetter, Message, Run
 from .alerts import alert_mail
 from .drains import conversation_enqueue
 from .inbox import message_bump
@@ -61,6 +61,11 @@ def dead_letter_create(*, message: Message, reason: str) -> DeadLetter:
         f"{message.attempts} attempt(s): {reason}"
     )
     logger.error(text)
+    # One open alert per dead letter: cleared when staff retry or discard it, or acknowledged.
+    Alert.objects.filter(dead_letter=dead_letter, acknowledged_at__isnull=True).delete()
+    Alert.objects.create(
+        kind=Alert.Kind.DEAD_LETTER, conversation=conversation, dead_letter=dead_letter, text=text
+    )
     conversation_enqueue(conversation_id=conversation.pk)
     transaction.on_commit(lambda: alert_mail(subject="Message dead-lettered", text=text))
     transaction.on_commit(

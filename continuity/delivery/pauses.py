@@ -20,10 +20,11 @@ logger = logging.getLogger(__name__)
 
 
 @transaction.atomic
-def conversation_pause(*, conversation: Conversation, reason: str, by=None) -> Alert:
-    """Stop processing a conversation until staff resume it; raise an alert. A "pause" handoff
-    records why, for whoever picks the conversation up again. `by`: the staff member who
-    paused it (audited), rather than the crash-loop breaker. A running attempt finishes."""
+def conversation_pause(*, conversation: Conversation, reason: str, by=None) -> Alert | None:
+    """Stop processing a conversation until staff resume it. A "pause" handoff records why,
+    for whoever picks the conversation up again. The crash-loop breaker's pause raises an
+    alert (and mails it); `by`, a staff member's pause, is audited instead: staff are not
+    alerted to what one of them did. A running attempt finishes."""
     # Staff's reason is for staff (the console, the alert, the audit log): the person's notes
     # and the agent's context only learn that support paused it.
     staff_reason = reason
@@ -39,15 +40,18 @@ def conversation_pause(*, conversation: Conversation, reason: str, by=None) -> A
         conversation=conversation, reason="paused by support" if by is not None else reason
     )
     text = f"Conversation {conversation.pk} ({conversation}) paused: {reason}"
-    alert = Alert.objects.create(
-        kind=Alert.Kind.CONVERSATION_PAUSED, conversation=conversation, text=text
-    )
+    alert = None
     if by is not None:
         staff_action_record(
             kind=StaffAction.Kind.PAUSE, by=by, reason=staff_reason, conversation=conversation
         )
-    logger.error(text)
-    transaction.on_commit(lambda: alert_mail(subject="Conversation paused", text=text))
+        logger.info(text)
+    else:
+        alert = Alert.objects.create(
+            kind=Alert.Kind.CONVERSATION_PAUSED, conversation=conversation, text=text
+        )
+        logger.error(text)
+        transaction.on_commit(lambda: alert_mail(subject="Conversation paused", text=text))
     transaction.on_commit(
         lambda: publish_conversation_changed(
             conversation_id=conversation.pk, owner_id=conversation.owner_id

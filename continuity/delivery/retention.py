@@ -67,9 +67,11 @@ def history_prune(*, older_than_days: float | None = None) -> dict[str, int]:
         .exclude(message_id__in=waiting)
         .delete()[0],
         "alerts": Alert.objects.filter(acknowledged_at__lt=cutoff).delete()[0],
+        # Counted alone: its alert, if still there, goes with it.
         "dead_letters": DeadLetter.objects.exclude(status=DeadLetter.Status.PENDING)
         .filter(created_at__lt=cutoff)
-        .delete()[0],
+        .delete()[1]
+        .get("continuity.DeadLetter", 0),
         "workers": Worker.objects.filter(last_seen_at__lt=cutoff).delete()[0],
     }
     import_module(settings.SESSION_ENGINE).SessionStore.clear_expired()

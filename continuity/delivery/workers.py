@@ -11,12 +11,18 @@ import logging
 import os
 import socket
 import uuid
+from datetime import timedelta
 from pathlib import Path
 
 import redis
+from django.conf import settings
+from django.db import IntegrityError, transaction
 from django.db.models.functions import Now
 
-from ..models import Worker
+from ..database.clock import db_now_plus
+from ..live.events import publish_conversation_changed
+from ..models import Alert, Conversation, CrashRecord, Message, Worker
+from .alerts import alert_mail
 from .heartbeats import (
     key_delete,
     key_refresh,
@@ -24,6 +30,7 @@ from .heartbeats import (
     keys_alive,
     redis_client,
     run_key,
+    stale_before,
     worker_key,
 )
 
@@ -132,3 +139,89 @@ def worker_announce(*, name: str) -> Worker:
 def worker_stopped(*, name: str) -> None:
     Worker.objects.filter(name=name, incarnation=current_incarnation()).update(stopped_at=Now())
     key_delete(worker_key(name))
+
+
+def workers_check() -> bool:
+    """Whether a worker is live (it heartbeats). With none live while a message has waited
+    CONTINUITY_NO_WORKER_ALERT_SECONDS, raise the "no worker" alert, once, and show the
+    waiting conversations' pages again (they say that no assistant runs); with a worker live
+    again, clear it, and show them again."""
+    live = Worker.objects.filter(stopped_at__isnull=True, last_seen_at__gte=stale_before())
+    if live.exists():
+        cleared = Alert.objects.filter(kind=Alert.Kind.NO_WORKER, acknowledged_at__isnull=True)
+        if cleared.update(acknowledged_at=Now()):
+            logger.info("A worker is live again: the no-worker alert is cleared")
+            waiting_pages_refresh()
+        return True
+    waited = db_now_plus(-timedelta(seconds=settings.CONTINUITY_NO_WORKER_ALERT_SECONDS))
+    oldest = waiting_messages().filter(created_at__lte=waited).order_by("created_at").first()
+    if (
+        oldest is None
+        or Alert.objects.filter(kind=Alert.Kind.NO_WORKER, acknowledged_at__isnull=True).exists()
+    ):
+        return False
+    count = waiting_messages().count()
+    text = (
+        f"No worker is running, and {count} message{'s' if count != 1 else ''} wait"
+        f"{'' if count != 1 else 's'} to be answered (the oldest since "
+        f"{oldest.created_at:%Y-%m-%d %H:%M:%S} UTC). Nothing is answered until a worker "
+        "starts; the people waiting are told so."
+    )
+    try:
+        with transaction.atomic():
+            Alert.objects.create(kind=Alert.Kind.NO_WORKER, text=text)
+    except IntegrityError:  # another watchdog raised it meanwhile
+        return False
+    logger.error(text)
+    transaction.on_commit(lambda: alert_mail(subject="No worker is running", text=text))
+    waiting_pages_refresh()
+    return False
+
+
+def waiting_messages():
+    """People's messages waiting for an answer in conversations the agent answers."""
+    return Message.objects.filter(
+        role=Message.Role.USER,
+        state__in=Message.WAITING_STATES,
+        conversation__state=Conversation.State.ACTIVE,
+    )
+
+
+# Pages told at once; past these, a page learns it at its next change or reload.
+REFRESHED_PAGES = 500
+
+
+def waiting_pages_refresh() -> None:
+    ids = waiting_messages().values_list("conversation_id", flat=True).distinct()
+    for conversation_id in ids[:REFRESHED_PAGES]:
+        publish_conversation_changed(conversation_id=conversation_id)
+
+
+def crash_burst_check() -> int:
+    """The crashes within CONTINUITY_CRASH_BURST_SECONDS. At CONTINUITY_CRASH_BURST or more,
+    one open alert says so (a crash loop of one conversation pauses it; this is the system's);
+    with fewer, it clears by itself."""
+    window = db_now_plus(-timedelta(seconds=settings.CONTINUITY_CRASH_BURST_SECONDS))
+    crashes = CrashRecord.objects.filter(detected_at__gte=window).count()
+    open_alert = Alert.objects.filter(kind=Alert.Kind.CRASH_BURST, acknowledged_at__isnull=True)
+    if crashes < settings.CONTINUITY_CRASH_BURST:
+        open_alert.update(acknowledged_at=Now())
+        return crashes
+    if (
+        open_alert.exists()
+        or Alert.objects.filter(kind=Alert.Kind.CRASH_BURST, acknowledged_at__gte=window).exists()
+    ):
+        return crashes  # said already for this burst (or acknowledged by staff within it)
+    text = (
+        f"{crashes} attempts crashed within {settings.CONTINUITY_CRASH_BURST_SECONDS} s, across "
+        "conversations: see Crashes and the Workers page (a worker killed again and again, or "
+        "a host short of memory)."
+    )
+    try:
+        with transaction.atomic():
+            Alert.objects.create(kind=Alert.Kind.CRASH_BURST, text=text)
+    except IntegrityError:  # another watchdog raised it meanwhile
+        return crashes
+    logger.error(text)
+    transaction.on_commit(lambda: alert_mail(subject="Burst of crashes", text=text))
+    return crashes

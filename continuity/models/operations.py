@@ -108,10 +108,21 @@ class Alert(models.Model):
         MODEL_UNAVAILABLE = "model_unavailable", "Model server unavailable"
         MODEL_MISSING = "model_missing", "Model not on its server"
         TOOL_SERVER_DOWN = "tool_server_down", "Tool server unreachable"
+        NO_WORKER = "no_worker", "No worker running while messages wait"
+        DEAD_LETTER = "dead_letter", "Message set aside"
+        CRASH_BURST = "crash_burst", "Burst of crashes"
 
     kind = models.CharField(max_length=32, choices=Kind.choices)
     conversation = models.ForeignKey(
         Conversation, null=True, blank=True, on_delete=models.CASCADE, related_name="alerts"
+    )
+    dead_letter = models.ForeignKey(
+        "DeadLetter",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="alerts",
+        help_text="The message set aside: its alert clears once staff retry or discard it.",
     )
     text = models.TextField()
     created_at = models.DateTimeField(auto_now_add=True)
@@ -130,7 +141,15 @@ class Alert(models.Model):
                 fields=["kind", "text"],
                 condition=models.Q(kind="model_missing", acknowledged_at__isnull=True),
                 name="alert_one_open_model_missing_per_problem",
-            )
+            ),
+            # Raised by the watchdog's sweep: one open at a time, whichever sweep finds it.
+            models.UniqueConstraint(
+                fields=["kind"],
+                condition=models.Q(
+                    kind__in=["no_worker", "crash_burst"], acknowledged_at__isnull=True
+                ),
+                name="alert_one_open_watchdog_alert",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -149,6 +149,14 @@ CONTINUITY_TOOL_ARGUMENT_BYTES = env("CONTINUITY_TOOL_ARGUMENT_BYTES", 16384)
 CONTINUITY_TOOL_TIMEOUT = env("CONTINUITY_TOOL_TIMEOUT", 60.0)
 # An MCP server unreachable for this long raises one alert (cleared when it answers again).
 CONTINUITY_TOOL_SERVER_ALERT_SECONDS = env("CONTINUITY_TOOL_SERVER_ALERT_SECONDS", 60)
+# With no live worker, a message that has waited this long raises the "no worker" alert (the
+# watchdog's, cleared when a worker beats again), and the person's page says no assistant runs.
+# Above a worker's start-up and a heartbeat's staleness: a restart is not an outage.
+CONTINUITY_NO_WORKER_ALERT_SECONDS = env("CONTINUITY_NO_WORKER_ALERT_SECONDS", 10)
+# This many crashes within CONTINUITY_CRASH_BURST_SECONDS, across all conversations, raise one
+# "burst of crashes" alert, cleared by itself once the window holds fewer.
+CONTINUITY_CRASH_BURST = env("CONTINUITY_CRASH_BURST", 5)
+CONTINUITY_CRASH_BURST_SECONDS = env("CONTINUITY_CRASH_BURST_SECONDS", 300)
 # A reminder delivered later than this after its time says it is late (nothing ran then).
 CONTINUITY_REMINDER_LATE_SECONDS = env("CONTINUITY_REMINDER_LATE_SECONDS", 60)
 # How long a tool call that asks first waits for the person's answer before it is denied.

@@ -15,9 +15,9 @@ from continuity.delivery.attempts.lease import attempt_begin
 from continuity.delivery.pauses import conversation_pause
 from continuity.live.events import publish_message_changed
 from continuity.models import Conversation, Run
-from tests.helpers.browser import log_in
+from tests.helpers.browser import accessibility_violations, log_in
 from tests.helpers.factories import ConversationFactory, MessageFactory, UserFactory
-from tests.helpers.processes import ARTIFACTS, WebProcess
+from tests.helpers.processes import ARTIFACTS, WatchdogProcess, WebProcess
 from tests.helpers.waiting import wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -138,3 +138,33 @@ def test_the_screen_reader_status_says_a_pause_not_answering(page: Page, site):
     publish_message_changed(conversation_id=conversation.pk, message_id=message.pk)
     expect(page.locator("[data-paused]")).to_be_visible()
     expect(said).to_have_text("Paused: your messages are kept")
+
+
+def test_with_no_worker_alive_the_person_is_told_and_staff_alerted(page: Page, processes):
+    """No worker runs (none was started): within seconds of a message's sending the watchdog
+    raises its alert, the person's page says no assistant runs (live, not "taking longer"),
+    and the overview says it at its top."""
+    processes.add(WatchdogProcess(CONTINUITY_NO_WORKER_ALERT_SECONDS="2"))
+    site = processes.add(WebProcess())
+    conversation = ConversationFactory(owner=UserFactory())
+    open_conversation(page, site, conversation)
+    page.get_by_label("Message").fill("Is anyone there?")
+    page.get_by_label("Message").press("Enter")
+
+    notice = page.locator("#conversation-status [data-no-worker]")
+    expect(notice).to_have_text(
+        "No assistant is running right now. Your message is saved and will be answered when "
+        "one starts.",
+        timeout=15_000,
+    )
+    expect(page.get_by_text("Taking longer than usual…")).to_be_hidden()
+    expect(page.locator("[data-answer-status]")).to_have_text("No assistant is running right now")
+    assert not accessibility_violations(page)
+    page.screenshot(path=ARTIFACTS / "no-worker-person.png", full_page=True)
+
+    staff = page.context.browser.new_context().new_page()
+    log_in(staff, site, UserFactory(is_staff=True).username)
+    staff.goto(f"{site.url}/dashboard/")
+    expect(staff.locator("[data-no-worker-alert]")).to_contain_text("No worker is running.")
+    assert not accessibility_violations(staff)
+    staff.screenshot(path=ARTIFACTS / "no-worker-overview.png", full_page=True)

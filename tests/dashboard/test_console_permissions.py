@@ -83,7 +83,7 @@ def nothing_changed(world) -> bool:
         not StaffAction.objects.exists()
         and DeadLetter.objects.get().status == "pending"
         and Conversation.objects.get(pk=world["conversation"].pk).state == "paused"
-        and Alert.objects.get().acknowledged_at is None
+        and not Alert.objects.filter(acknowledged_at__isnull=False).exists()
         and waiting.state == "active"
         and waiting.retry_at > timezone.now()
         and Run.objects.get(pk=world["run"].pk).state == "running"

@@ -64,7 +64,7 @@ def test_the_overview_shows_workers_queue_replies_and_what_is_open(staff, settin
     assert re.search(r'data-worker="stopped@host">.*status-stopped', html)
     assert tile(html, "dead-letters") == "1"
     assert tile(html, "paused") == "1"
-    assert tile(html, "alerts") == "1"
+    assert tile(html, "alerts") == "2"  # the pause's, and the dead letter's
     assert tile(html, "waiting") == "1"
     assert tile(html, "oldest").startswith("5 min")
     assert tile(html, "answered") == "1"

@@ -10,11 +10,13 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import InterfaceError, OperationalError, close_old_connections, connection
 
 from continuity.delivery import (
+    crash_burst_check,
     heartbeat_ttl,
     history_record,
     retention_prune,
     tool_servers_check,
     watchdog_tick,
+    workers_check,
 )
 
 logger = logging.getLogger("continuity.watchdog")
@@ -49,6 +51,8 @@ class Command(BaseCommand):
             if not guarded(watchdog_tick, reap=settled):
                 database_lost_at = time.monotonic()
             guarded(tool_servers_check)  # asks each server marked down again, now and then
+            guarded(workers_check)  # no live worker while messages wait: an alert, and pages
+            guarded(crash_burst_check)  # many crashes across conversations: one alert
             if time.monotonic() - recorded_at >= settings.CONTINUITY_HISTORY_EVERY_SECONDS:
                 guarded(history_record)
                 recorded_at = time.monotonic()

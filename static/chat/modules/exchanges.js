@@ -65,7 +65,7 @@ export const waiting = (el) => el.dataset.state === "queued" || el.dataset.state
 export function sameStatus(current, incoming) {
   const marks = [
     "[data-paused]", "[data-retry]", "[data-resuming]", "[data-taken-over]", "[data-assistant-back]",
-    "[data-approval-due]",
+    "[data-approval-due]", "[data-no-worker]",
   ];
   const kind = (el) => [el.dataset.state, ...marks.map((mark) => !!el.querySelector(mark))].join();
   if (kind(current) !== kind(incoming)) return false;
@@ -96,7 +96,7 @@ export function tickHints(onSlow) {
   tickCountdown(status, now);
   tickToolCalls(now);
   const waitExplained = !!status?.querySelector(
-    "[data-paused], [data-resuming], [data-retry], [data-taken-over], [data-approval-due], [data-deciding]",
+    "[data-paused], [data-resuming], [data-retry], [data-taken-over], [data-approval-due], [data-deciding], [data-no-worker]",
   );
   const hint = document.querySelector("[data-slow-hint]");
   if (!hint) return;
