@@ -31,6 +31,7 @@ from continuity.selectors import (
     exchanges_of,
     newest_message_id,
     sidebar_conversations_of,
+    sidebar_shown,
 )
 
 logger = logging.getLogger(__name__)
@@ -171,6 +172,12 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
         await self.send_json(
             {"type": "exchanges", "html": html, "up_to": up_to, "branch": branch, "status": status}
         )
+        # The sidebar too: a title given between the page's rendering and this socket joining
+        # its owner's group (the first reply's, often) reached the header through the status,
+        # and would not reach the sidebar until the next change.
+        with self.owed_lock:
+            self.owed_sidebar = True
+        self.render_owed_soon()
 
     async def message_changed(self, event: dict) -> None:
         with self.owed_lock:
@@ -297,9 +304,11 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
         return render_to_string(
             f"{PAGE}#sidebar_list",
             {
-                "conversations": sidebar_conversations_of(owner=self.conversation.owner_id)[
-                    :SIDEBAR_SIZE
-                ],
+                "conversations": sidebar_shown(
+                    conversations=sidebar_conversations_of(owner=self.conversation.owner_id)[
+                        :SIDEBAR_SIZE
+                    ]
+                ),
                 "conversation": self.conversation,
             },
         )

@@ -39,6 +39,7 @@ from continuity.selectors import (
     exchanges_page,
     newest_message_id,
     sidebar_conversations_of,
+    sidebar_shown,
 )
 
 from .forms import BrainForm, MessageForm, NewConversationForm
@@ -108,7 +109,7 @@ def page_context(request: HttpRequest, conversation: Conversation | None, form: 
     sidebar = sidebar_conversations_of(owner=request.user)
     context = {
         "conversation": conversation,
-        "conversations": sidebar[:SIDEBAR_SIZE],
+        "conversations": sidebar_shown(conversations=sidebar[:SIDEBAR_SIZE]),
         "more_conversations": max(0, sidebar.count() - SIDEBAR_SIZE),
         "form": form,
     }

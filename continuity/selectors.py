@@ -129,6 +129,16 @@ def sidebar_conversations_of(*, owner) -> QuerySet[Conversation]:
     return conversations_of(owner=owner).filter(archived_at__isnull=True)
 
 
+def sidebar_shown(*, conversations: Iterable[Conversation]) -> list[Conversation]:
+    """The sidebar's entries, each marked `shares_title` when another one has the same title:
+    the sidebar then says when each was started, so that they can be told apart."""
+    shown = list(conversations)
+    titles = Counter(str(conversation).casefold() for conversation in shown)
+    for conversation in shown:
+        conversation.shares_title = titles[str(conversation).casefold()] > 1
+    return shown
+
+
 EXCHANGES_PAGE = 30
 # An exchange starts at each of the person's messages, and at each message the assistant wrote
 # of its own accord (a reminder come due), which answers nothing.

@@ -20,7 +20,7 @@ from continuity.live.events import (
     publisher_close,
     publisher_flush,
 )
-from continuity.models import ReplyChunk
+from continuity.models import Conversation, ReplyChunk
 from tests.helpers.factories import ConversationFactory, UserFactory
 from tests.helpers.postgres import another_session
 from tests.helpers.sockets import communicator, connects, session_headers
@@ -387,3 +387,35 @@ def test_deleting_the_conversation_closes_its_open_sockets(owned, how):
         return closed
 
     assert closed_with(async_to_sync(scenario)()) == 4404
+
+
+def test_a_sync_also_sends_the_sidebar_with_a_title_given_before_the_socket_joined(owned):
+    """The first reply's title, given between the page's rendering and the socket joining its
+    owner's group, reached the header through the sync's status but not the sidebar."""
+    owner, conversation, message = owned
+    Conversation.objects.filter(pk=conversation.pk).update(title="Learn Italian")  # unpublished
+    headers = session_headers(owner)
+
+    async def scenario():
+        socket = communicator(conversation.pk, headers)
+        await socket.connect()
+        await socket.send_json_to({"type": "sync", "after": 0, "waiting": []})
+        frames = [await socket.receive_json_from(timeout=5) for _ in range(2)]
+        await socket.disconnect()
+        return frames
+
+    frames = async_to_sync(scenario)()
+    sidebar = next(frame for frame in frames if frame["type"] == "conversations")
+    assert "Learn Italian" in sidebar["html"]
+
+
+def test_conversations_of_the_same_title_are_told_apart_in_the_sidebar(client):
+    owner = UserFactory()
+    twins = [ConversationFactory(owner=owner, title="Trip planning") for _ in range(2)]
+    ConversationFactory(owner=owner, title="Something else")
+    client.force_login(owner)
+    page = client.get(f"/c/{twins[0].pk}/").content.decode()
+    sidebar = page.split('id="conversation-list"')[1].split("</ul>")[0]
+    assert sidebar.count("data-started") == 2  # each twin says when it was started
+    entries = [entry for entry in sidebar.split("<li") if "Something else" in entry]
+    assert entries and "data-started" not in entries[0]

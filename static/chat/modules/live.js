@@ -162,6 +162,7 @@ export function liveChannel(main) {
     if (!list || !incoming || list.innerHTML === incoming.innerHTML) return;
     const focused = list.contains(document.activeElement) && document.activeElement.getAttribute("href");
     list.replaceWith(incoming);
+    localTimes(incoming); // when two of the same title were started, in the reader's time
     if (focused) incoming.querySelector(`a[href="${CSS.escape(focused)}"]`)?.focus();
   }
 
