@@ -81,6 +81,8 @@ NOT_PAGES = {
     "dashboard/conversations/<int:pk>/thread/": 200,
     # A lookup: a message id to its timeline, or back to the overview with a warning.
     "dashboard/messages/": 302,
+    # The site's icon, for browsers and probes that read no page's icon link.
+    "favicon.ico": 302,
     "dashboard/alerts/<int:pk>/acknowledge/": ACTION,
     "accounts/logout/": ACTION,
     "admin/logout/": ACTION,

@@ -236,6 +236,15 @@ def test_keyboard_skip_link_search_and_new_chat(page: Page, web):
     expect(page.get_by_label("Message")).to_be_focused()
 
     expect(page.locator("#composer .hint")).to_contain_text("Ctrl+K to search")
+    # On a phone-wide window the hint keeps to one line (it took three at 390 px).
+    page.set_viewport_size({"width": 390, "height": 800})
+    one_line = """(() => {
+        const hint = document.querySelector('#composer .hint');
+        const size = parseFloat(getComputedStyle(hint).fontSize);
+        return hint.getBoundingClientRect().height < 2 * size;
+    })()"""
+    assert page.evaluate(one_line)
+    page.set_viewport_size({"width": 1280, "height": 800})
     page.keyboard.press("Control+k")
     expect(page.locator("#search-q")).to_be_focused()
     page.keyboard.press("Control+Shift+O")

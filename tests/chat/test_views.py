@@ -256,3 +256,9 @@ def test_concurrent_posts_of_one_client_id_store_one_message(user, conversation)
     message = Message.objects.get(conversation=conversation)
     assert message.client_id == uuid.UUID(client_id)
     assert all(f'id="exchange-{message.pk}"' in o.content.decode() for o in outcomes)
+
+
+@pytest.mark.django_db
+def test_the_favicon_is_found_where_browsers_ask_for_it(client):
+    answer = client.get("/favicon.ico")
+    assert answer.status_code == 302 and answer["Location"].endswith("continuity/favicon.svg")
