@@ -73,3 +73,19 @@ def test_the_title_tags_and_list_update_live(page: Page, processes):
     # The page's own links still work: the list was replaced, not broken.
     sidebar.locator(f'a[href="/c/{second.pk}/"]').click()
     expect(page).to_have_url(f"{web.url}/c/{second.pk}/")
+
+
+def test_two_conversations_of_the_same_title_are_told_apart(page: Page, processes):
+    from tests.helpers.browser import accessibility_violations
+    from tests.helpers.factories import ConversationFactory
+
+    web = processes.add(WebProcess())
+    user = UserFactory()
+    twins = [ConversationFactory(owner=user, title="Trip planning") for _ in range(2)]
+    log_in(page, web, user.username)
+    page.goto(f"{web.url}/c/{twins[0].pk}/")
+    sidebar = page.get_by_role("navigation", name="Conversations")
+    for twin in twins:
+        started = sidebar.locator(f'a[href="/c/{twin.pk}/"] [data-started]')
+        expect(started).to_have_text(re.compile(r"· \S"))  # when it was started, in local time
+    assert not accessibility_violations(page)
