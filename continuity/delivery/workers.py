@@ -167,14 +167,8 @@ def workers_check() -> bool:
         f"{oldest.created_at:%Y-%m-%d %H:%M:%S} UTC). Nothing is answered until a worker "
         "starts; the people waiting are told so."
     )
-    try:
-        with transaction.atomic():
-            Alert.objects.create(kind=Alert.Kind.NO_WORKER, text=text)
-    except IntegrityError:  # another watchdog raised it meanwhile
-        return False
-    logger.error(text)
-    transaction.on_commit(lambda: alert_mail(subject="No worker is running", text=text))
-    waiting_pages_refresh()
+    if watchdog_alert_raise(Alert.Kind.NO_WORKER, text, subject="No worker is running"):
+        waiting_pages_refresh()
     return False
 
 
@@ -217,11 +211,18 @@ def crash_burst_check() -> int:
         "conversations: see Crashes and the Workers page (a worker killed again and again, or "
         "a host short of memory)."
     )
+    watchdog_alert_raise(Alert.Kind.CRASH_BURST, text, subject="Burst of crashes")
+    return crashes
+
+
+def watchdog_alert_raise(kind: str, text: str, *, subject: str) -> bool:
+    """Raise one of the watchdog's alerts (one open per kind: a constraint), log and mail it.
+    False when another watchdog raised it meanwhile."""
     try:
         with transaction.atomic():
-            Alert.objects.create(kind=Alert.Kind.CRASH_BURST, text=text)
-    except IntegrityError:  # another watchdog raised it meanwhile
-        return crashes
+            Alert.objects.create(kind=kind, text=text)
+    except IntegrityError:
+        return False
     logger.error(text)
-    transaction.on_commit(lambda: alert_mail(subject="Burst of crashes", text=text))
-    return crashes
+    transaction.on_commit(lambda: alert_mail(subject=subject, text=text))
+    return True
