@@ -21,6 +21,7 @@ print(sorted({name.split(".")[0] for name in sys.modules} & {"mcp", "mcp_types"}
 """
 
 
+@pytest.mark.processes
 def test_starting_a_worker_or_the_web_server_does_not_import_the_mcp_sdk():
     result = subprocess.run(
         [sys.executable, "-c", STARTUP],
