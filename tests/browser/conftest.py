@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from playwright.sync_api import Page
 
 from tests.browser.launch import CHROMIUM_LAUNCH
 
@@ -20,3 +21,18 @@ os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
 @pytest.fixture(scope="session")
 def browser_type_launch_args(browser_type_launch_args):
     return {**browser_type_launch_args, **CHROMIUM_LAUNCH}
+
+
+@pytest.fixture
+def csp_violations(page: Page) -> list[str]:
+    """Chromium reports each blocked script, style, image or connection on the console."""
+    found: list[str] = []
+    page.on(
+        "console",
+        lambda message: (
+            found.append(f"{page.url}: {message.text}")
+            if "Content Security Policy" in message.text
+            else None
+        ),
+    )
+    return found

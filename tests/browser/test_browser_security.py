@@ -15,23 +15,8 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 BAD_INK = "rgb(170, 17, 17)"
 
 
-@pytest.fixture
-def violations(page: Page) -> list[str]:
-    """Chromium reports each blocked script, style, image or connection on the console."""
-    found: list[str] = []
-    page.on(
-        "console",
-        lambda message: (
-            found.append(f"{page.url}: {message.text}")
-            if "Content Security Policy" in message.text
-            else None
-        ),
-    )
-    return found
-
-
 @pytest.mark.parametrize("debug", ["0", "1"])
-def test_pages_and_the_admin_run_under_the_csp(page: Page, processes, violations, debug):
+def test_pages_and_the_admin_run_under_the_csp(page: Page, processes, csp_violations, debug):
     site = processes.add(WebProcess(DEBUG=debug))
     staff = UserFactory(is_staff=True, is_superuser=True)
     conversation = ConversationFactory(owner=staff)
@@ -64,4 +49,4 @@ def test_pages_and_the_admin_run_under_the_csp(page: Page, processes, violations
     for path in ["/", "/accounts/password/", "/dashboard/", "/memory/"]:
         page.goto(f"{site.url}{path}")
         expect(page).to_have_url(re.compile(re.escape(path) + "$"))
-    assert violations == []
+    assert csp_violations == []
