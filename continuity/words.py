@@ -4,8 +4,15 @@ from __future__ import annotations
 
 
 def plural(count: float, noun: str) -> str:
-    """`count` `noun`, the noun in the plural unless the count is one: "1 message", "2.5 s"."""
-    return f"{count:g} {noun}{'' if count == 1 else 's'}"
+    """`count` `noun`, the noun in the plural unless the count is one: "1 message", "2 replies",
+    "3 crashes"."""
+    if count == 1:
+        return f"{count:g} {noun}"
+    if noun.endswith("y") and noun[-2:-1] not in "aeiou":
+        return f"{count:g} {noun[:-1]}ies"
+    if noun.endswith(("s", "sh", "ch", "x", "z")):
+        return f"{count:g} {noun}es"
+    return f"{count:g} {noun}s"
 
 
 def clip(text: str, limit: int = 120, *, strip: str = "") -> str:

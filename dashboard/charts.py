@@ -3,11 +3,34 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from .selectors import TimelineBar
 
-WIDTH, HEIGHT, AXIS = 720, 120, 18
+WIDTH, HEIGHT, AXIS = 720, 130, 28
 TICKS = 6
+# How a tick and a tooltip word a span's start: the server writes UTC, and console.js rewrites
+# each in the reader's time zone when they choose it (the datetime travels in data-clock-at).
+WEEKDAY_TIME, TIME = "weekday-time", "time"
+CLOCK_FORMATS = {WEEKDAY_TIME: "%a %H:%M", TIME: "%H:%M"}
+
+
+@dataclass(frozen=True)
+class Tick:
+    """The label under a bar: `minor` ticks (every other one) give way on narrow screens."""
+
+    at: datetime
+    clock: str  # WEEKDAY_TIME or TIME
+    minor: bool
+
+    def __str__(self) -> str:
+        return self.at.strftime(CLOCK_FORMATS[self.clock])
+
+
+def tick_at(index: int, start: datetime, *, every: int, clock: str) -> Tick | None:
+    if index % every:
+        return None
+    return Tick(at=start, clock=clock, minor=bool((index // every) % 2))
 
 
 @dataclass(frozen=True)
@@ -17,7 +40,7 @@ class Bar:
     width: float
     height: float
     bar: TimelineBar
-    tick: str  # the label under this bar, if it gets one
+    tick: Tick | None  # the label under this bar, if it gets one
 
 
 @dataclass(frozen=True)
@@ -29,6 +52,10 @@ class Chart:
     height: int = HEIGHT
     axis: int = AXIS
 
+    @property
+    def baseline(self) -> int:
+        return self.height - self.axis
+
 
 def timeline_chart(timeline: list[TimelineBar]) -> Chart:
     """One bar per hour, scaled to the busiest hour; an hour without crashes has no bar."""
@@ -36,11 +63,11 @@ def timeline_chart(timeline: list[TimelineBar]) -> Chart:
     slot = WIDTH / max(1, len(timeline))
     plot = HEIGHT - AXIS
     every = max(1, len(timeline) // TICKS)
-    label = "%H:%M" if len(timeline) <= 24 else "%a %H:%M"
+    clock = TIME if len(timeline) <= 24 else WEEKDAY_TIME
     bars = []
     for index, bar in enumerate(timeline):
         height = plot * bar.crashes / peak if peak else 0
-        tick = bar.start.strftime(label) if index % every == 0 else ""
+        tick = tick_at(index, bar.start, every=every, clock=clock)
         bars.append(
             Bar(
                 x=index * slot + 1,
@@ -61,8 +88,13 @@ class Point:
     width: float
     height: float
     value: float | None
-    tooltip: str  # the span and its value, in words
-    tick: str
+    at: datetime
+    tooltip: str  # the span and its value in words, "{time}" standing for the span's start
+    tick: Tick | None
+
+    @property
+    def tooltip_utc(self) -> str:
+        return self.tooltip.replace("{time}", f"{self.at:%a %H:%M} UTC")
 
     @property
     def centre(self) -> float:
@@ -94,6 +126,10 @@ class HistoryChart:
     height: int = HEIGHT
     axis: int = AXIS
 
+    @property
+    def baseline(self) -> int:
+        return self.height - self.axis
+
 
 def history_chart(
     *,
@@ -111,7 +147,7 @@ def history_chart(
     slot = WIDTH / max(1, len(starts))
     plot = HEIGHT - AXIS
     every = max(1, len(starts) // TICKS)
-    label = "%a %H:%M" if hourly else "%H:%M"
+    clock = WEEKDAY_TIME if hourly else TIME
     span = "hour" if hourly else "5 minutes"
     drawn = []
     for name, css, values in series:
@@ -126,8 +162,9 @@ def history_chart(
                     width=max(1.0, slot - 2),
                     height=height,
                     value=value,
-                    tooltip=f"{name}, {span} from {start:%a %H:%M} UTC: {said}",
-                    tick=start.strftime(label) if index % every == 0 else "",
+                    at=start,
+                    tooltip=f"{name}, {span} from {{time}}: {said}",
+                    tick=tick_at(index, start, every=every, clock=clock),
                 )
             )
         drawn.append(Series(name=name, css=css, points=points))

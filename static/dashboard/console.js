@@ -1,5 +1,6 @@
 // The staff console shows times in UTC, in one format, and says so once. A viewer may switch
-// to their own time zone (kept for this browser); the UTC time stays in each title.
+// to their own time zone (kept for this browser), charts' labels and tooltips included; the UTC
+// time stays in each time's title.
 (() => {
   "use strict";
 
@@ -15,12 +16,33 @@
     return `${year}-${month}-${day} ${time}`;
   }
 
-  function showTimes(local) {
+  const WEEKDAYS = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"];
+
+  // A chart's ticks and tooltips: "Mon 14:05" or "14:05", as dashboard/charts.py writes them.
+  function clock(at, format, local) {
+    const [weekday, hour, minute] = local
+      ? [at.getDay(), at.getHours(), at.getMinutes()]
+      : [at.getUTCDay(), at.getUTCHours(), at.getUTCMinutes()];
+    const time = `${pad(hour)}:${pad(minute)}`;
+    return format === "weekday-time" ? `${WEEKDAYS[weekday]} ${time}` : time;
+  }
+
+  function showTimes(local, zone) {
     document.querySelectorAll("time[data-utc-time]").forEach((el) => {
       const at = new Date(el.getAttribute("datetime"));
       if (Number.isNaN(at.getTime())) return;
       el.textContent = shown(at, el.dataset.utcTime, local);
       el.title = `${shown(at, "seconds", false)} UTC`;
+    });
+    document.querySelectorAll("[data-clock-at]").forEach((el) => {
+      const at = new Date(el.dataset.clockAt);
+      if (Number.isNaN(at.getTime())) return;
+      const time = clock(at, el.dataset.clockFormat, local);
+      const template = el.dataset.clockText;
+      el.textContent = template ? template.replace("{time}", local ? time : `${time} UTC`) : time;
+    });
+    document.querySelectorAll("[data-clock-zone]").forEach((el) => {
+      el.textContent = local ? zone : "UTC";
     });
   }
 
@@ -35,7 +57,7 @@
     const say = () => {
       note.firstChild.textContent = local ? `Times are in your time zone (${zone}). ` : "Times are in UTC. ";
       button.textContent = local ? "Show UTC" : `Show my time zone (${zone})`;
-      showTimes(local);
+      showTimes(local, zone);
     };
     button.addEventListener("click", () => {
       local = !local;
@@ -48,7 +70,10 @@
 
   document.addEventListener("DOMContentLoaded", setUp);
   // The overview refreshes its tables with htmx: their times follow the chosen clock too.
-  document.addEventListener("htmx:afterSettle", () => showTimes(localStorage.getItem(KEY) === "local"));
+  document.addEventListener("htmx:afterSettle", () => {
+    const zone = Intl.DateTimeFormat().resolvedOptions().timeZone;
+    showTimes(zone && zone !== "UTC" && localStorage.getItem(KEY) === "local", zone);
+  });
 
   // A table wider than the screen scrolls in its wrapper: keyboard users reach it with Tab and
   // scroll it with the arrow keys, and screen readers hear what it is (WCAG 2.1.1).

@@ -4,13 +4,16 @@ the offset; the staff console keeps UTC, says so once, and shows the viewer's zo
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 from playwright.sync_api import Browser, expect
 
 from continuity.context.memory import memory_remember
-from continuity.models import DeadLetter, Message
+from continuity.delivery import bucket_start
+from continuity.delivery.history import REPLY_BOUNDS_SECONDS
+from continuity.models import DeadLetter, HistoryBucket, Message
 from tests.helpers.browser import log_in
 from tests.helpers.console import dead_letter_make
 from tests.helpers.factories import ConversationFactory, MessageFactory, UserFactory
@@ -82,3 +85,40 @@ def test_the_console_says_utc_once_and_shows_the_viewers_zone_on_request(page, s
     expect(dead_lettered).to_have_text("2026-07-01 13:30:05")
     clock.get_by_role("button", name="Show UTC").click()
     expect(dead_lettered).to_have_text("2026-07-01 17:30:05")
+
+
+def test_the_console_charts_follow_the_chosen_clock(page, site):
+    staff = UserFactory(is_staff=True)
+    start = bucket_start(datetime.now(UTC) - timedelta(hours=1))
+    within = [3] + [0] * len(REPLY_BOUNDS_SECONDS)  # all three within the first bound
+    HistoryBucket.objects.create(
+        start=start, rolled_up=True, answered=3, reply_seconds=1.5, replies_within=within
+    )
+    there = start.astimezone(ZoneInfo(ZONE))
+
+    log_in(page, site, staff.username)
+    page.goto(f"{site.url}/dashboard/history/")
+    bar = page.locator('[data-chart="answered"] rect title')
+    expect(bar).to_have_text(f"Messages answered, 5 minutes from {start:%a %H:%M} UTC: 3 replies")
+    tick = page.locator('[data-chart="answered"] text.tick').first
+    first = datetime.fromisoformat(tick.get_attribute("data-clock-at"))
+    expect(tick).to_have_text(f"{first:%H:%M}")
+
+    page.locator("[data-console-clock]").get_by_role("button").click()
+    expect(bar).to_have_text(f"Messages answered, 5 minutes from {there:%a %H:%M}: 3 replies")
+    expect(tick).to_have_text(f"{first.astimezone(ZoneInfo(ZONE)):%H:%M}")
+    page.goto(f"{site.url}/dashboard/")  # the crash chart, and its caption
+    expect(page.locator(".chart figcaption")).to_contain_text(f"({ZONE}, one bar per hour")
+
+
+def test_the_chart_labels_stay_readable_on_a_phone(page, site):
+    staff = UserFactory(is_staff=True)
+    page.set_viewport_size({"width": 390, "height": 844})
+    log_in(page, site, staff.username)
+    page.goto(f"{site.url}/dashboard/history/")
+    ticks = page.locator('[data-chart="answered"] text.tick')
+    expect(ticks.first).to_be_visible()
+    shown = [tick for tick in ticks.all() if tick.is_visible()]
+    assert 3 <= len(shown) < ticks.count()  # every other label gives way
+    heights = [tick.evaluate("t => t.getBoundingClientRect().height") for tick in shown]
+    assert min(heights) >= 11, heights  # a 10 px font's box; it was 6 px
