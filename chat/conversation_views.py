@@ -29,6 +29,7 @@ from continuity.selectors import (
     MARK_START,
     conversations_of,
     conversations_search,
+    earlier_versions_search,
     search_finds_word_forms,
 )
 
@@ -129,10 +130,19 @@ def search_view(request: HttpRequest) -> HttpResponse:
         {"hit": hit, "snippet": highlighted(hit.snippet)}
         for hit in conversations_search(owner=request.user, query=query)
     ]
+    earlier = [
+        {"hit": hit, "snippet": highlighted(hit.snippet)}
+        for hit in earlier_versions_search(owner=request.user, query=query)
+    ]
     return render(
         request,
         "chat/search.html",
-        {"query": query, "hits": hits, "word_forms": search_finds_word_forms()},
+        {
+            "query": query,
+            "hits": hits,
+            "earlier": earlier,
+            "word_forms": search_finds_word_forms(),
+        },
     )
 
 

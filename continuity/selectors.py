@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from django.contrib.postgres.search import SearchHeadline, SearchQuery, SearchRank, SearchVector
 from django.db import connection
@@ -516,6 +516,22 @@ def conversations_search(*, owner, query: str) -> list[SearchHit]:
     by_title = conversations_of(owner=owner).filter(title__icontains=query).exclude(pk__in=seen)
     titled = [SearchHit(conversation=c, snippet="") for c in by_title[:SEARCH_LIMIT]]
     return [*titled, *found][:SEARCH_LIMIT]
+
+
+def earlier_versions_search(*, owner, query: str) -> list[SearchHit]:
+    """The owner's conversations with a match only in messages an edit or a regeneration
+    replaced (hidden versions), which `conversations_search` leaves out: the search page says
+    where they are rather than skip them silently."""
+    query = query.strip()
+    if not query:
+        return []
+    messages = Message.objects.filter(conversation__owner=owner, hidden_with__isnull=False)
+    if search_finds_word_forms():
+        found = full_text_hits(messages=messages, query=query)
+    else:
+        found = substring_hits(messages=messages, query=query)
+    # The exchange found is not on the branch shown: the link opens the conversation.
+    return [replace(hit, message_id=None) for hit in found]
 
 
 def substring_hits(*, messages: QuerySet[Message], query: str) -> list[SearchHit]:

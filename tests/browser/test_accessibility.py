@@ -8,7 +8,7 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import Page
 
-from continuity.actions import dead_letter_retry
+from continuity.actions import dead_letter_retry, message_edit
 from continuity.context.handoffs import handoff_write
 from continuity.delivery.inbox import message_accept
 from continuity.models import Alert, Conversation, CrashRecord, Handoff, Message, Run
@@ -59,7 +59,8 @@ def test_the_pages_of_a_person_chatting(page: Page, site):
     Message.objects.filter(pk=asked.pk).update(state="done")
     Conversation.objects.filter(pk=chat.pk).update(state="active")
     dead = dead_letter_make(chat, "Summarize [[broken]]")
-    dead_letter_make(chat, "Another broken one")
+    another = dead_letter_make(chat, "Another broken one")
+    message_edit(message=another.message, text="Another one", client_id=uuid.uuid4())
     dead_letter_retry(dead_letter=dead, by=UserFactory(is_staff=True), text="Summarize")
     Conversation.objects.filter(pk=chat.pk).update(state="paused")
     handoff_write(
@@ -80,8 +81,11 @@ def test_the_pages_of_a_person_chatting(page: Page, site):
         "/memory/",
         "/accounts/password/",
         "/c/999999/",
+        "/search/?q=Ada",
+        "/search/?q=broken",  # on an earlier version too: one was edited
     ]:
         assert_accessible(page, path, site)
+    assert page.locator("[data-earlier-versions]").is_visible()
 
 
 def test_the_staff_console(page: Page, site):

@@ -11,7 +11,9 @@ from django.db import connection
 from django.test import Client
 from django.urls import reverse
 
+from continuity.actions import message_edit
 from continuity.delivery.inbox import message_accept
+from continuity.delivery.processing import drain_conversation
 from continuity.models import Conversation, Message
 from tests.helpers.factories import ConversationFactory, UserFactory
 
@@ -309,3 +311,20 @@ def test_a_search_result_shows_the_words_around_the_match_as_text():
     html = html.decode()
     assert "<mark>compiler</mark>" in html.lower() or "<mark>compiler" in html.lower()
     assert "**" not in html.split("data-hit=")[1].split("</li>")[0]
+
+
+def test_search_says_what_it_found_on_earlier_versions(chat):
+    """A message an edit replaced is not on the branch shown: the page lists its conversation
+    apart, saying why, rather than skip it without a word."""
+    asked = message_accept(conversation=chat, text="Plan the zebra trip", client_id=uuid.uuid4())
+    drain_conversation(conversation_id=chat.pk)
+    message_edit(message=asked, text="Plan the giraffe trip", client_id=uuid.uuid4())
+    client = client_for("owner", chat)
+
+    html = client.get(reverse("chat:search"), {"q": "zebra"}).content.decode()
+
+    assert "0 conversations found" in html
+    assert f'data-earlier-hit="{chat.pk}"' in html and "Also on earlier versions" in html
+    assert "<mark>zebra</mark>" in html
+    shown = client.get(reverse("chat:search"), {"q": "giraffe"}).content.decode()
+    assert f'data-hit="{chat.pk}"' in shown and "data-earlier-hit" not in shown
