@@ -11,6 +11,13 @@ the write lock. Each of its writes then waits the whole `timeout` (30 s) and fai
 connection is carried across safely, so a fork here waits until no other thread is executing
 a statement or inside a transaction (`fork_gate`), and the threads wait while it forks.
 
+SQLite also takes mutexes of the whole process (its allocator's, the one that guards opening
+files) in every call, not only while a statement runs: opening a connection and Django's
+create_function calls, fetching rows, closing, a cursor or a connection dropped by the
+garbage collector. A fork while another thread was inside one copied that mutex locked into
+the child, for good: a new pool process hung at its first connection (16 forks in 1,000 made
+while three threads used SQLite without a pause). So every call into SQLite holds the gate.
+
 Carried across, a connection must also never be closed by the child: closing it there (as
 Celery does in each new pool process, and as Python does to the connections of the threads
 that did not follow the fork) waited on locks the child does not hold, for longer than the
@@ -26,7 +33,7 @@ import sqlite3
 import threading
 import time
 import weakref
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 from django.db.backends.sqlite3 import base
 
@@ -135,6 +142,20 @@ class Connection(sqlite3.Connection):
         with self.gated():
             super().close()
 
+    def __del__(self) -> None:
+        # Closed here, through the gate, rather than by the object's deallocation.
+        if getattr(self, "opened_by", None) is not None:
+            self.close()
+
+    @property
+    def isolation_level(self):
+        return sqlite3.Connection.isolation_level.__get__(self)
+
+    @isolation_level.setter
+    def isolation_level(self, level) -> None:
+        with self.gated():  # setting it may commit
+            sqlite3.Connection.isolation_level.__set__(self, level)
+
     @contextmanager
     def gated(self):
         ident = fork_gate.hold()
@@ -166,10 +187,40 @@ class Cursor(base.SQLiteCursorWrapper):
         with self.connection.gated():
             return super().executemany(query, param_list)
 
+    def fetchone(self):
+        with self.connection.gated():
+            return super().fetchone()
+
+    def fetchmany(self, *args, **kwargs):
+        with self.connection.gated():
+            return super().fetchmany(*args, **kwargs)
+
+    def fetchall(self):
+        with self.connection.gated():
+            return super().fetchall()
+
+    def __next__(self):
+        with self.connection.gated():
+            return super().__next__()
+
+    def close(self) -> None:
+        with self.connection.gated(), suppress(sqlite3.ProgrammingError):
+            super().close()  # refused once its connection is closed, when there is nothing to do
+
+    def __del__(self) -> None:
+        self.close()
+
 
 class DatabaseWrapper(base.DatabaseWrapper):
     def get_connection_params(self):
         return {**super().get_connection_params(), "factory": Connection}
+
+    def get_new_connection(self, conn_params):
+        ident = fork_gate.hold()
+        try:
+            return super().get_new_connection(conn_params)
+        finally:
+            fork_gate.release(ident)
 
     def create_cursor(self, name=None):
         return self.connection.cursor(factory=Cursor)
