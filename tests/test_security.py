@@ -190,12 +190,7 @@ def test_check_deploy_passes_with_a_production_environment(tmp_path):
         "DATABASE_URL": "postgres://postgres@127.0.0.1:5432/continuity",
         "ALLOWED_HOSTS": "chat.example.org",
         "CSRF_TRUSTED_ORIGINS": "https://chat.example.org",
-        "SECURE_COOKIES": "1",
-        "SECURE_HSTS_SECONDS": "31536000",
-        "SECURE_HSTS_INCLUDE_SUBDOMAINS": "1",
-        "SECURE_HSTS_PRELOAD": "1",
-        "SECURE_SSL_REDIRECT": "1",
-        "SECURE_PROXY_SSL_HEADER": "HTTP_X_FORWARDED_PROTO,https",
+        "SECURE_COOKIES": "1",  # and nothing else of HTTPS: the one setting is enough
     }
     result = subprocess.run(
         [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
@@ -206,6 +201,33 @@ def test_check_deploy_passes_with_a_production_environment(tmp_path):
         timeout=60,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.processes
+def test_one_setting_turns_https_on_and_each_part_can_be_set_apart(tmp_path):
+    def https_settings(**extra):
+        code = (
+            "from django.conf import settings as s; print(s.SESSION_COOKIE_SECURE, "
+            "s.SECURE_HSTS_SECONDS, s.SECURE_HSTS_INCLUDE_SUBDOMAINS, s.SECURE_HSTS_PRELOAD, "
+            "s.SECURE_SSL_REDIRECT)"
+        )
+        env = {
+            "PATH": os.environ["PATH"],
+            "DJANGO_SETTINGS_MODULE": "continuity.settings",
+            "CONTINUITY_VAR_DIR": str(tmp_path),
+            "SECURE_COOKIES": "1",
+            **extra,
+        }
+        result = subprocess.run(
+            [sys.executable, "manage.py", "shell", "--no-imports", "-c", code],
+            cwd=BASE_DIR, env=env, capture_output=True, text=True, timeout=60, check=True,
+        )  # fmt: skip
+        return result.stdout.split()
+
+    assert https_settings() == ["True", "31536000", "False", "False", "True"]
+    assert https_settings(SECURE_HSTS_SECONDS="3600", SECURE_SSL_REDIRECT="0") == [
+        "True", "3600", "False", "False", "False",
+    ]  # fmt: skip
 
 
 def test_https_settings_are_off_by_default_so_local_http_works():

@@ -44,14 +44,19 @@ def read_secret_key(path: Path) -> str:
 SECRET_KEY = env("SECRET_KEY", "") or local_secret_key()
 ALLOWED_HOSTS = env("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env("CSRF_TRUSTED_ORIGINS", [])
-# Behind TLS, set SECURE_COOKIES=1 so session and CSRF cookies never travel in clear text.
-SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env("SECURE_COOKIES", False)
 # HTTPS: off by default so that `make run` works over plain http; see docs/operations.md,
-# "Security".
-SECURE_HSTS_SECONDS = env("SECURE_HSTS_SECONDS", 0)
+# "Security". Behind TLS, SECURE_COOKIES=1 says the site is served over HTTPS only: session and
+# CSRF cookies never travel in clear text, browsers are told to use HTTPS for a year (HSTS), and
+# plain http is redirected. Each can be set apart.
+HTTPS_ONLY = env("SECURE_COOKIES", False)
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = HTTPS_ONLY
+SECURE_HSTS_SECONDS = env("SECURE_HSTS_SECONDS", 31_536_000 if HTTPS_ONLY else 0)
+SECURE_SSL_REDIRECT = env("SECURE_SSL_REDIRECT", HTTPS_ONLY)
+# Both reach beyond this site (every subdomain; browsers' built-in lists, hard to leave), so
+# they are a deployer's choice, off unless set, and `check --deploy` does not ask for them.
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
 SECURE_HSTS_PRELOAD = env("SECURE_HSTS_PRELOAD", False)
-SECURE_SSL_REDIRECT = env("SECURE_SSL_REDIRECT", False)
+SILENCED_SYSTEM_CHECKS = ["security.W005", "security.W021"]
 # "HTTP_X_FORWARDED_PROTO,https" behind a TLS proxy that sets that header (and strips the
 # client's own); trusting it without such a proxy would let anyone claim HTTPS.
 SECURE_PROXY_SSL_HEADER = tuple(env("SECURE_PROXY_SSL_HEADER", [])) or None
