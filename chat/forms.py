@@ -3,6 +3,8 @@ from __future__ import annotations
 import uuid
 
 from django import forms
+from django.contrib.auth.forms import UserCreationForm
+from django.contrib.auth.validators import ASCIIUsernameValidator
 
 from continuity.brains import brain_choices
 from continuity.delivery import message_clean_text
@@ -64,3 +66,32 @@ class MemoryFactForm(forms.Form):
         widget=forms.Textarea(attrs={"rows": 2}),
         error_messages={"required": "Type what I should remember, or forget this instead."},
     )
+
+
+class SignupForm(UserCreationForm):
+    """Names in ASCII only: a letter of another alphabet that looks like a Latin one ("аlice",
+    with a Cyrillic "а") would show staff two "alice". Django's form already refuses a name
+    that differs from another only in case. The address is optional: it is where a link to
+    reset a forgotten password goes."""
+
+    email = forms.EmailField(
+        label="Email address (optional)",
+        required=False,
+        help_text="Only to send you a link if you forget your password.",
+    )
+
+    class Meta(UserCreationForm.Meta):
+        fields = ("username", "email")
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        username = self.fields["username"]
+        username.validators.append(
+            ASCIIUsernameValidator(
+                message="Use only the letters a to z (either case), digits and @ . + - _ "
+                "(letters of other alphabets can look like these ones)."
+            )
+        )
+        username.help_text = (
+            "Letters a to z (either case), digits and @ . + - _ only; at most 150 characters."
+        )

@@ -9,7 +9,6 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import login
 from django.contrib.auth.decorators import login_required
-from django.contrib.auth.forms import UserCreationForm
 from django.db import connection
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -42,7 +41,7 @@ from continuity.selectors import (
     sidebar_shown,
 )
 
-from .forms import BrainForm, MessageForm, NewConversationForm
+from .forms import BrainForm, MessageForm, NewConversationForm, SignupForm
 from .throttles import rate_limit_wait
 
 PAGE = "chat/conversation.html"
@@ -187,7 +186,7 @@ def composer_conflict(
 @never_cache
 @require_http_methods(["GET", "POST"])
 def signup_view(request: HttpRequest) -> HttpResponse:
-    form = UserCreationForm(request.POST or None)
+    form = SignupForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         # Named because axes adds a second backend; a new account has no failures to count.
         login(request, form.save(), backend="django.contrib.auth.backends.ModelBackend")

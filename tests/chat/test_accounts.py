@@ -38,6 +38,36 @@ def test_an_invalid_signup_marks_its_errors_as_errors(client):
     assert not get_user_model().objects.filter(username="ada").exists()
 
 
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        ("\u0430lice", "letters of other alphabets"),  # a Cyrillic "а", which renders as "a"
+        ("ALICE", "already exists"),  # as Django's form refuses: differs from "alice" in case
+    ],
+)
+def test_signup_refuses_a_name_that_looks_like_another(client, name, why):
+    UserFactory(username="alice")
+    response = client.post(
+        reverse("signup"), {"username": name, "password1": NEW_PASSWORD, "password2": NEW_PASSWORD}
+    )
+    assert response.status_code == 422
+    assert why in response.content.decode()
+    assert get_user_model().objects.count() == 1
+
+
+def test_signup_says_which_names_it_takes_and_keeps_an_optional_address(client):
+    assert "Letters a to z (either case), digits" in client.get(reverse("signup")).content.decode()
+    for name, email in (("ada", "ada@example.org"), ("bo.b+1", "")):
+        response = client.post(
+            reverse("signup"),
+            {"username": name, "email": email, "password1": NEW_PASSWORD,
+             "password2": NEW_PASSWORD},
+        )  # fmt: skip
+        assert response.status_code == 302, response.content.decode()
+        assert get_user_model().objects.get(username=name).email == email
+        client.logout()
+
+
 def test_the_top_bar_links_to_the_password_change_page(owner_client):
     html = owner_client.get(reverse("chat:home")).content.decode()
     assert f'href="{reverse("password_change")}"' in html
