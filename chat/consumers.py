@@ -16,6 +16,7 @@ from importlib import import_module
 from types import SimpleNamespace
 
 import redis
+from asgiref.sync import sync_to_async
 from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
@@ -34,6 +35,8 @@ from continuity.selectors import (
     sidebar_shown,
 )
 
+from .socket_counts import REFRESH_SECONDS, socket_count_in, socket_count_out, socket_refresh
+
 logger = logging.getLogger(__name__)
 PAGE = "chat/conversation.html"
 MAX_SYNC_IDS = 2000
@@ -47,6 +50,8 @@ SERVER_ERROR = 1011  # the page reconnects and catches up
 # HTTP's 503 in the application range: daphne's websocket library lets a server send only 1000
 # or 3000-4999, so the standard 1012 (restart) and 1013 (try again later) cannot be sent.
 TRY_AGAIN_LATER = 4503
+# HTTP's 429 in the same range: the person has CONTINUITY_SOCKETS_PER_USER sockets open.
+TOO_MANY_SOCKETS = 4429
 LAYER_DOWN = (redis.RedisError, ConnectionError)
 SYNC_FORMAT = 'Expected {"type": "sync", "after": <id>, "waiting": [<id>, ...]}.'
 
@@ -61,6 +66,7 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
     groups_joined: tuple[str, ...] = ()
     renderer: asyncio.Task | None = None
     rejoiner: asyncio.Task | None = None
+    refresher: asyncio.Task | None = None  # keeps this socket counted (chat/socket_counts.py)
     accepted = False
 
     def __init__(self, *args, **kwargs) -> None:
@@ -87,8 +93,9 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
                 "Socket closed, to come back: the channel layer is unavailable (%r)", exc
             )
             # disconnect() will not run for this socket: its tasks end here, or a rejoiner would
-            # put the dead channel back into its groups for the life of the process.
-            for task in (self.renderer, self.rejoiner):
+            # put the dead channel back into its groups for the life of the process (and its
+            # count lapses, unrefreshed).
+            for task in (self.renderer, self.rejoiner, self.refresher):
                 if task is not None:
                     task.cancel()
             with suppress(Exception):  # the client may have gone already
@@ -120,6 +127,10 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
         if self.conversation is None:
             await self.close()
             return
+        if not await self.counted_in(user.pk):
+            await self.accept()  # a close code needs an open socket
+            await self.close(code=TOO_MANY_SOCKETS)
+            return
         # The user and session groups let a logout, a password change or a deactivation close
         # this socket at once.
         self.groups_joined = (conversation_group(conversation_id), user_group(user.pk))
@@ -135,8 +146,28 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
             self.renderer.cancel()
         if self.rejoiner is not None:  # first, or it could join again after the discards
             self.rejoiner.cancel()
+        if self.refresher is not None:  # first, or it could count this socket in again
+            self.refresher.cancel()
+            await sync_to_async(socket_count_out, thread_sensitive=False)(
+                user_id=self.scope["user"].pk, channel=self.channel_name
+            )
         for group in self.groups_joined:
             await self.channel_layer.group_discard(group, self.channel_name)
+
+    async def counted_in(self, user_id: int) -> bool:
+        """Count this socket among the person's (off the database thread: Redis only); False
+        if they have as many open as they may."""
+        kept = {"user_id": user_id, "channel": self.channel_name}
+        if not await sync_to_async(socket_count_in, thread_sensitive=False)(**kept):
+            return False
+
+        async def refresh() -> None:
+            while True:
+                await asyncio.sleep(REFRESH_SECONDS)
+                await sync_to_async(socket_refresh, thread_sensitive=False)(**kept)
+
+        self.refresher = asyncio.create_task(refresh())
+        return True
 
     async def rejoin_groups(self) -> None:
         """A channel layer forgets a group member group_expiry after it joined (channels-redis:

@@ -132,6 +132,9 @@ CONTINUITY_SEND_OUTAGE_SECONDS = env("CONTINUITY_SEND_OUTAGE_SECONDS", 5.0)
 # Per-user limits on the web side ("N/second|minute|hour", several separated by ";").
 CONTINUITY_SEND_RATE = env("CONTINUITY_SEND_RATE", "10/10 seconds;60/minute")
 CONTINUITY_NEW_CONVERSATION_RATE = env("CONTINUITY_NEW_CONVERSATION_RATE", "5/minute;60/hour")
+# Conversation sockets one person may have open at once, over every web server (a socket per
+# open conversation tab): past it a new one is refused, and its page says so.
+CONTINUITY_SOCKETS_PER_USER = env("CONTINUITY_SOCKETS_PER_USER", 20)
 # Bearer token that lets Prometheus read GET /metrics; empty: only signed-in staff can.
 CONTINUITY_METRICS_TOKEN = env("CONTINUITY_METRICS_TOKEN", "")
 # Test-only fault injection. Deliberately not read from the environment: only tests/settings.py

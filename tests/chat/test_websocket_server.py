@@ -13,8 +13,10 @@ from django.test import Client
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
+from chat.consumers import TOO_MANY_SOCKETS
 from continuity.delivery.inbox import message_accept
 from tests.helpers.factories import ConversationFactory, UserFactory
+from tests.helpers.processes import WebProcess
 from tests.helpers.redis_server import session_redis_server
 from tests.helpers.waiting import wait_for
 
@@ -178,3 +180,39 @@ def test_a_redis_outage_closes_sockets_to_come_back_and_answers_no_handshake_wit
 
     wait_for(synced, timeout=20, what="a socket that catches up once Redis is back")
     assert " 500 " not in web.log() and "Traceback" not in web.log()
+
+
+@pytest.mark.processes
+def test_a_person_past_the_socket_cap_is_refused_with_a_code_the_page_knows(processes):
+    web = processes.add(WebProcess(CONTINUITY_SOCKETS_PER_USER="3"))
+    owner, other = UserFactory(), UserFactory()
+    path = f"/ws/c/{ConversationFactory(owner=owner).pk}/"
+    cookie = session_cookie(owner)
+    sockets = [open_socket(web, path, cookie) for _ in range(3)]
+    for socket in sockets:  # each is live
+        socket.send(json.dumps({"type": "sync", "after": 0, "waiting": []}))
+        assert json.loads(socket.recv(timeout=10))["type"] == "exchanges"
+
+    with open_socket(web, path, cookie) as fourth, pytest.raises(ConnectionClosed) as closed:
+        fourth.recv(timeout=10)
+    assert closed.value.rcvd.code == TOO_MANY_SOCKETS
+    with open_socket(
+        web, f"/ws/c/{ConversationFactory(owner=other).pk}/", session_cookie(other)
+    ) as theirs:
+        theirs.send(json.dumps({"type": "sync", "after": 0, "waiting": []}))
+        assert json.loads(theirs.recv(timeout=10))["type"] == "exchanges"  # not theirs to pay
+
+    sockets.pop().close()  # a tab closed: a new one may open
+
+    def fourth_lives() -> bool:
+        with open_socket(web, path, cookie) as again:
+            again.send(json.dumps({"type": "sync", "after": 0, "waiting": []}))
+            try:
+                return json.loads(again.recv(timeout=10))["type"] == "exchanges"
+            except ConnectionClosed:
+                return False
+
+    wait_for(fourth_lives, timeout=10, what="a socket let in after one closed")
+    for socket in sockets:
+        socket.close()
+    assert "Traceback" not in web.log()

@@ -35,6 +35,23 @@ export function signedOut() {
   box.replaceChildren("You were signed out; ", login, " (your message is kept).");
 }
 
+// The server refused this page's socket: the person has too many conversation tabs open. Said
+// once, calmly, under the composer; gone when a socket opens again.
+export function tooManyTabs(shown) {
+  const box = document.querySelector("[data-composer-errors]");
+  if (!box) return;
+  if (!shown) {
+    if (box.dataset.tooManyTabs) box.textContent = "";
+    delete box.dataset.tooManyTabs;
+    return;
+  }
+  keepDraft();
+  box.dataset.tooManyTabs = "true";
+  box.textContent =
+    "Too many tabs are open: close a few of your conversation tabs, and this one connects by " +
+    "itself (your message is kept).";
+}
+
 // After a lost response the message may have been stored under its client id, so a retry of
 // the same text keeps that id (the server then returns the stored message, not a copy). Once
 // the text is edited it is a different message: it gets a new id, or the server would answer

@@ -1,7 +1,7 @@
 // The live channel: a websocket per conversation page, its events applied, catch-ups asked for,
 // and reconnects with equal jitter (docs/live-protocol.md).
 
-import { keepDraft, signedOut } from "./composer.js";
+import { keepDraft, signedOut, tooManyTabs } from "./composer.js";
 import { announce, exchangesBox, fragmentOf, nearBottom, scrollToEnd } from "./dom.js";
 import { awaitingSync, waiting, progressed, sameStatus, upsertFragment } from "./exchanges.js";
 import { localTimes } from "./enhance.js";
@@ -9,6 +9,7 @@ import { renderSoon } from "./markdown.js";
 
 const SESSION_ENDED = 4401; // the server closed the socket: logout, new password, deactivated
 const CONVERSATION_DELETED = 4404; // deleted, from this tab or another one
+const TOO_MANY_SOCKETS = 4429; // this person has CONTINUITY_SOCKETS_PER_USER sockets open
 // Reconnecting: the backoff doubles from RECONNECT_BASE_MS, at most RECONNECT_SOON_CAP_MS for
 // the first RECONNECT_SOON_MS after the socket was lost (a restarted web server is back within
 // seconds, and the page must be live within about one of it), then up to RECONNECT_CAP_MS.
@@ -23,6 +24,7 @@ export function liveChannel(main) {
   let failures = 0;
   let lostAt = null; // performance.now() when the socket was lost; null while it is open
   let signedIn = true; // false from a SESSION_ENDED close until a socket opens again
+  let crowded = false; // true from a TOO_MANY_SOCKETS close until a socket opens again
 
   const setLive = (text, live) => {
     if (!indicator) return;
@@ -179,6 +181,8 @@ export function liveChannel(main) {
         errors.textContent = "";
         delete errors.dataset.signedOut;
       }
+      if (crowded) tooManyTabs(false);
+      crowded = false;
       awaitingSync.clear();
       setLive("live", true);
       sync(unfinishedIds());
@@ -194,12 +198,17 @@ export function liveChannel(main) {
         signedIn = false;
         signedOut();
       }
+      if (closed.code === TOO_MANY_SOCKETS && !crowded) {
+        crowded = true;
+        tooManyTabs(true);
+      }
       // Signed out, the page keeps trying (a sign-in in another tab lets it back in), and each
-      // refused try is still "signed out", not a network trouble.
-      setLive(signedIn ? "reconnecting…" : "signed out", false);
+      // refused try is still "signed out", not a network trouble. Refused for too many tabs,
+      // it tries at the slow pace: a tab closed elsewhere lets it in.
+      setLive(crowded ? "too many tabs" : signedIn ? "reconnecting…" : "signed out", false);
       failures += 1;
       lostAt ??= performance.now();
-      const soon = performance.now() - lostAt < RECONNECT_SOON_MS;
+      const soon = !crowded && performance.now() - lostAt < RECONNECT_SOON_MS;
       const backoff = Math.min(
         soon ? RECONNECT_SOON_CAP_MS : RECONNECT_CAP_MS,
         RECONNECT_BASE_MS * 2 ** failures,
