@@ -120,7 +120,7 @@ def reply_continue_view(request: HttpRequest, pk: int, message_pk: int) -> HttpR
         return refused(request, message, form_error(form), 422)
     if not Message.objects.filter(reply_to=message, cut_off=True).exists():
         return refused(request, message, "Only a reply that was cut off can be continued.", 409)
-    if seconds := rate_limit_wait(action="send", user_id=request.user.pk):
+    if seconds := rate_limit_wait(action="send", who=request.user.pk):
         too_fast = f"You are sending faster than the assistant can answer. Wait {seconds} s."
         response = refused(request, message, too_fast, 429)
         response["Retry-After"] = str(seconds)

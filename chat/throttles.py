@@ -1,5 +1,6 @@
-"""Per-user rate limits on what makes the workers busy: sending messages and starting
-conversations. Counted in Redis by the `limits` library, so every web server shares them."""
+"""Rate limits on what makes the workers busy (sending messages and starting conversations,
+per user) and on what sends mail (password reset requests, per client address). Counted in
+Redis by the `limits` library, so every web server shares them."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ logger = logging.getLogger(__name__)
 RATES = {
     "send": "CONTINUITY_SEND_RATE",
     "new_conversation": "CONTINUITY_NEW_CONVERSATION_RATE",
+    "password_reset": "CONTINUITY_PASSWORD_RESET_RATE",
 }
 
 
@@ -38,13 +40,14 @@ def rates(action: str) -> list[RateLimitItem]:
     return parse_many(getattr(settings, RATES[action]))
 
 
-def rate_limit_wait(*, action: str, user_id: int) -> int:
-    """0 if the user may do `action` now (and count it), else the seconds to wait first.
+def rate_limit_wait(*, action: str, who: int | str) -> int:
+    """0 if `who` (a user's id, or a client's address) may do `action` now (and count it),
+    else the seconds to wait first.
 
     Fails open: when Redis cannot answer, nothing is refused (messages are stored in the
     database, which does not need Redis).
     """
-    key = str(user_id)
+    key = str(who)
     try:
         checker = limiter(settings.RATE_LIMIT_STORAGE_URI)
         for rate in rates(action):

@@ -153,7 +153,7 @@ def composer_too_fast(
     request: HttpRequest, conversation: Conversation | None, form: MessageForm, action: str
 ) -> HttpResponse | None:
     """429 with the wait and the text kept when the user is over a rate limit, else None."""
-    seconds = rate_limit_wait(action=action, user_id=request.user.pk)
+    seconds = rate_limit_wait(action=action, who=request.user.pk)
     if not seconds:
         return None
     form.add_error("text", TOO_FAST[action].format(seconds=seconds))

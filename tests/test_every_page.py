@@ -12,10 +12,13 @@ import pytest
 from axes.models import AccessFailureLog, AccessLog
 from django.contrib import admin
 from django.contrib.auth.models import Group
+from django.contrib.auth.tokens import default_token_generator
 from django.contrib.contenttypes.models import ContentType
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils import timezone
+from django.utils.encoding import force_bytes
+from django.utils.http import urlsafe_base64_encode
 
 from continuity.actions import alert_acknowledge, conversation_pause
 from continuity.context.compaction import summary_write
@@ -95,6 +98,9 @@ NOT_PAGES = {
     "admin/r/<path:content_type_id>/<path:object_id>/": 404,
     # The admin's answer to any other address under it.
     "admin/(?P<url>.*)$": 404,
+    # A valid reset link: Django keeps its token in the session and sends on to the form's own
+    # address, so that the token does not stay in the page's address (and its Referer).
+    "accounts/password/reset/<uidb64>/<token>/": 302,
     # A lookup for autocomplete widgets: refused without the widget's field parameters.
     "admin/autocomplete/": 403,
 }
@@ -205,6 +211,9 @@ def path_of(route: str, world) -> str:
         "app_label": "continuity",
         "action": "grow",  # a worker command's confirmation page
         "url": "no-such-page/",
+        # A valid password reset link, of the staff member signed in.
+        "uidb64": urlsafe_base64_encode(force_bytes(world["conversation"].owner_id)),
+        "token": default_token_generator.make_token(world["conversation"].owner),
     }
     if model := admin_model(route):
         instance = model._default_manager.order_by("pk").first()

@@ -132,6 +132,8 @@ CONTINUITY_SEND_OUTAGE_SECONDS = env("CONTINUITY_SEND_OUTAGE_SECONDS", 5.0)
 # Per-user limits on the web side ("N/second|minute|hour", several separated by ";").
 CONTINUITY_SEND_RATE = env("CONTINUITY_SEND_RATE", "10/10 seconds;60/minute")
 CONTINUITY_NEW_CONVERSATION_RATE = env("CONTINUITY_NEW_CONVERSATION_RATE", "5/minute;60/hour")
+# Password reset requests from one client address (each may send a mail).
+CONTINUITY_PASSWORD_RESET_RATE = env("CONTINUITY_PASSWORD_RESET_RATE", "5/hour")
 # Conversation sockets one person may have open at once, over every web server (a socket per
 # open conversation tab): past it a new one is refused, and its page says so.
 CONTINUITY_SOCKETS_PER_USER = env("CONTINUITY_SOCKETS_PER_USER", 20)

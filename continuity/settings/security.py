@@ -108,6 +108,9 @@ CONTENT_SECURITY_POLICY = {
     }
 }
 
+# A password reset link works once (Django's token changes with the password), within this.
+PASSWORD_RESET_TIMEOUT = 3 * 24 * 3600  # the pages and the mail say "3 days"
+
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "chat:home"
 LOGOUT_REDIRECT_URL = "login"

@@ -100,6 +100,12 @@ EMAIL_PORT = env("EMAIL_PORT", 25)
 EMAIL_HOST_USER = env("EMAIL_HOST_USER", "")
 EMAIL_HOST_PASSWORD = env("EMAIL_HOST_PASSWORD", "")
 EMAIL_USE_TLS = env("EMAIL_USE_TLS", False)
+# With EMAIL_BACKEND=django.core.mail.backends.filebased.EmailBackend: a file per mail, here.
+EMAIL_FILE_PATH = env("EMAIL_FILE_PATH", str(VAR_DIR / "mail"))
+DEFAULT_FROM_EMAIL = env("DEFAULT_FROM_EMAIL", "continuity@localhost")
+# The address people reach this site at, for links in mail (a password reset's): never taken
+# from a request's Host header, which its sender chooses.
+SITE_URL = env("SITE_URL", "http://127.0.0.1:8000").rstrip("/")
 
 REDIS_URL = env("REDIS_URL", "redis://127.0.0.1:6379/0")
 # Redis with failover (docs/several-hosts.md): the Sentinels that watch its primary, as

@@ -40,7 +40,7 @@ def test_the_checker_finds_a_violation_when_there_is_one(page: Page, site):
 
 
 def test_signed_out_pages(page: Page, site):
-    for path in ["/accounts/login/", "/accounts/signup/"]:
+    for path in ["/accounts/login/", "/accounts/signup/", "/accounts/password/reset/"]:
         assert_accessible(page, path, site)
 
 
@@ -80,6 +80,7 @@ def test_the_pages_of_a_person_chatting(page: Page, site):
         f"/c/{chat.pk}/notes/",
         "/memory/",
         "/accounts/password/",
+        "/accounts/email/",
         "/c/999999/",
         "/search/?q=Ada",
         "/search/?q=broken",  # on an earlier version too: one was edited

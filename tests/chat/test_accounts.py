@@ -116,3 +116,77 @@ def test_a_new_user_ends_no_session(django_capture_on_commit_callbacks):
         UserFactory()
         get_user_model().objects.create_user("ada", password="a password of hers")
     assert callbacks == []
+
+
+# A forgotten password.
+
+
+def test_a_reset_mails_a_link_on_the_site_address_whatever_the_host_header(client, settings):
+    from django.core import mail
+
+    settings.SITE_URL = "https://chat.example.org"
+    settings.ALLOWED_HOSTS = ["*"]
+    user = UserFactory(email="ada@example.org")
+    login_page = client.get(reverse("login")).content.decode()
+    assert f'href="{reverse("password_reset")}"' in login_page
+    assert "ask staff" in client.get(reverse("password_reset")).content.decode().lower()
+
+    response = client.post(
+        reverse("password_reset"), {"email": "ADA@example.org"}, HTTP_HOST="evil.example"
+    )
+    assert response.status_code == 302 and response["Location"] == reverse("password_reset_done")
+    (sent,) = mail.outbox
+    assert sent.to == ["ada@example.org"] and "evil.example" not in sent.body
+    link = re.search(r"https://chat\.example\.org(/accounts/password/reset/\S+/)", sent.body)
+    assert link and user.username in sent.body
+
+    page = client.get(link.group(1), follow=True)
+    assert b"Choose a new password" in page.content
+    client.post(
+        page.redirect_chain[-1][0],
+        {"new_password1": NEW_PASSWORD, "new_password2": NEW_PASSWORD},
+    )
+    user.refresh_from_db()
+    assert user.check_password(NEW_PASSWORD)
+    assert b"does not work" in client.get(link.group(1), follow=True).content  # once only
+
+
+def test_a_reset_never_says_whether_an_address_has_an_account(client):
+    from django.core import mail
+
+    UserFactory(email="ada@example.org")
+    answers = [
+        client.post(reverse("password_reset"), {"email": address})
+        for address in ("ada@example.org", "nobody@example.org")
+    ]
+    assert [(a.status_code, a["Location"]) for a in answers] == [
+        (302, reverse("password_reset_done"))
+    ] * 2
+    assert len(mail.outbox) == 1
+
+
+def test_reset_requests_are_limited_per_client_address(client, settings):
+    settings.CONTINUITY_PASSWORD_RESET_RATE = "2/hour"
+    UserFactory(email="ada@example.org")
+    codes = [
+        client.post(
+            reverse("password_reset"), {"email": "ada@example.org"}, REMOTE_ADDR="203.0.113.9"
+        ).status_code
+        for _ in range(3)
+    ]
+    assert codes == [302, 302, 429]
+    elsewhere = client.post(
+        reverse("password_reset"), {"email": "ada@example.org"}, REMOTE_ADDR="203.0.113.10"
+    )
+    assert elsewhere.status_code == 302
+
+
+def test_a_person_adds_changes_and_removes_their_address(owner_client, user):
+    assert b"add one" in owner_client.get(reverse("password_change")).content
+    for address, said in (("ada@example.org", b"saved"), ("", b"removed")):
+        response = owner_client.post(reverse("email_change"), {"email": address}, follow=True)
+        assert said in response.content
+        user.refresh_from_db()
+        assert user.email == address
+    bad = owner_client.post(reverse("email_change"), {"email": "not an address"})
+    assert bad.status_code == 422

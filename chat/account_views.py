@@ -1,0 +1,73 @@
+"""A forgotten password, reset through a link mailed to the account's address, and the page
+where a person sets that address."""
+
+from __future__ import annotations
+
+import math
+
+from django import forms
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth import views as auth_views
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse_lazy
+from django.utils.decorators import method_decorator
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_http_methods
+
+from .lockout import client_ip
+from .throttles import rate_limit_wait
+
+
+@method_decorator(never_cache, name="dispatch")
+class PasswordResetView(auth_views.PasswordResetView):
+    """Django's view: the same answer whether or not an address has an account, and a mail
+    only to active accounts with that address. Requests are limited per client address, as
+    logins are, and the mail's link starts with SITE_URL, not the request's Host."""
+
+    email_template_name = "registration/password_reset_email.txt"
+    subject_template_name = "registration/password_reset_subject.txt"
+    success_url = reverse_lazy("password_reset_done")
+
+    def form_valid(self, form):
+        if seconds := rate_limit_wait(action="password_reset", who=client_ip(self.request)):
+            form.add_error(
+                None,
+                f"Too many reset requests from here: try again in {math.ceil(seconds / 60)} "
+                "minutes.",
+            )
+            return self.render_to_response(self.get_context_data(form=form), status=429)
+        self.extra_email_context = {"site_url": settings.SITE_URL}
+        return super().form_valid(form)
+
+
+class EmailForm(forms.Form):
+    email = forms.EmailField(
+        label="Email address",
+        required=False,
+        help_text="Where a link to reset your password goes if you forget it. Leave it empty "
+        "to have none.",
+    )
+
+
+@never_cache
+@require_http_methods(["GET", "POST"])
+@login_required
+def email_change_view(request: HttpRequest) -> HttpResponse:
+    form = EmailForm(request.POST or None, initial={"email": request.user.email})
+    if request.method == "POST" and form.is_valid():
+        request.user.email = form.cleaned_data["email"]
+        request.user.save(update_fields=["email"])
+        messages.success(
+            request,
+            "Email address saved." if request.user.email else "Email address removed.",
+        )
+        return redirect("email_change")
+    return render(
+        request,
+        "registration/email_change.html",
+        {"form": form},
+        status=422 if form.errors else 200,
+    )
