@@ -40,23 +40,47 @@ class PasswordResetView(auth_views.PasswordResetView):
             )
             return self.render_to_response(self.get_context_data(form=form), status=429)
         self.extra_email_context = {"site_url": settings.SITE_URL}
+        address = form.cleaned_data["email"].lower()
+        if rate_limit_wait(action="password_reset_mail", who=address):
+            # Enough mail to this address for now, whoever asks: the same answer as a sent one,
+            # so that it says nothing of the account.
+            return redirect(self.get_success_url())
         return super().form_valid(form)
 
 
 class EmailForm(forms.Form):
+    """The address a reset link goes to can take the account over: setting it asks for the
+    password, as changing the password does, so a borrowed session is not enough."""
+
     email = forms.EmailField(
         label="Email address",
         required=False,
+        max_length=254,  # the column's
         help_text="Where a link to reset your password goes if you forget it. Leave it empty "
         "to have none.",
     )
+    password = forms.CharField(
+        label="Your password",
+        strip=False,
+        widget=forms.PasswordInput(attrs={"autocomplete": "current-password"}),
+    )
+
+    def __init__(self, *args, user, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.user = user
+
+    def clean_password(self) -> str:
+        password = self.cleaned_data["password"]
+        if not self.user.check_password(password):
+            raise forms.ValidationError("That is not your password.")
+        return password
 
 
 @never_cache
 @require_http_methods(["GET", "POST"])
 @login_required
 def email_change_view(request: HttpRequest) -> HttpResponse:
-    form = EmailForm(request.POST or None, initial={"email": request.user.email})
+    form = EmailForm(request.POST or None, initial={"email": request.user.email}, user=request.user)
     if request.method == "POST" and form.is_valid():
         request.user.email = form.cleaned_data["email"]
         request.user.save(update_fields=["email"])

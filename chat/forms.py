@@ -77,6 +77,7 @@ class SignupForm(UserCreationForm):
     email = forms.EmailField(
         label="Email address (optional)",
         required=False,
+        max_length=254,  # the column's
         help_text="Only to send you a link if you forget your password.",
     )
 

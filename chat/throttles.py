@@ -20,6 +20,7 @@ RATES = {
     "send": "CONTINUITY_SEND_RATE",
     "new_conversation": "CONTINUITY_NEW_CONVERSATION_RATE",
     "password_reset": "CONTINUITY_PASSWORD_RESET_RATE",
+    "password_reset_mail": "CONTINUITY_PASSWORD_RESET_MAIL_RATE",
 }
 
 

@@ -134,6 +134,8 @@ CONTINUITY_SEND_RATE = env("CONTINUITY_SEND_RATE", "10/10 seconds;60/minute")
 CONTINUITY_NEW_CONVERSATION_RATE = env("CONTINUITY_NEW_CONVERSATION_RATE", "5/minute;60/hour")
 # Password reset requests from one client address (each may send a mail).
 CONTINUITY_PASSWORD_RESET_RATE = env("CONTINUITY_PASSWORD_RESET_RATE", "5/hour")
+# Reset mails to one address, whoever asks (past it, none is sent and the page says the same).
+CONTINUITY_PASSWORD_RESET_MAIL_RATE = env("CONTINUITY_PASSWORD_RESET_MAIL_RATE", "3/hour")
 # Conversation sockets one person may have open at once, over every web server (a socket per
 # open conversation tab): past it a new one is refused, and its page says so.
 CONTINUITY_SOCKETS_PER_USER = env("CONTINUITY_SOCKETS_PER_USER", 20)

@@ -181,12 +181,38 @@ def test_reset_requests_are_limited_per_client_address(client, settings):
     assert elsewhere.status_code == 302
 
 
-def test_a_person_adds_changes_and_removes_their_address(owner_client, user):
+def test_a_person_adds_changes_and_removes_their_address_with_their_password(owner_client, user):
     assert b"add one" in owner_client.get(reverse("password_change")).content
     for address, said in (("ada@example.org", b"saved"), ("", b"removed")):
-        response = owner_client.post(reverse("email_change"), {"email": address}, follow=True)
+        response = owner_client.post(
+            reverse("email_change"), {"email": address, "password": PASSWORD}, follow=True
+        )
         assert said in response.content
         user.refresh_from_db()
         assert user.email == address
-    bad = owner_client.post(reverse("email_change"), {"email": "not an address"})
-    assert bad.status_code == 422
+    for refused in (
+        {"email": "not an address", "password": PASSWORD},
+        {"email": "thief@example.org", "password": "a guess"},  # a borrowed session
+        {"email": "thief@example.org"},
+        {"email": "a" * 250 + "@example.org", "password": PASSWORD},  # past the column
+    ):
+        assert owner_client.post(reverse("email_change"), refused).status_code == 422
+    user.refresh_from_db()
+    assert user.email == ""
+
+
+def test_one_address_gets_a_few_reset_mails_whoever_asks(client, settings):
+    from django.core import mail
+
+    settings.CONTINUITY_PASSWORD_RESET_MAIL_RATE = "2/hour"
+    UserFactory(email="ada@example.org")
+    answers = [
+        client.post(
+            reverse("password_reset"), {"email": "Ada@example.org"}, REMOTE_ADDR=f"203.0.113.{n}"
+        )
+        for n in range(20, 24)
+    ]
+    assert {(a.status_code, a["Location"]) for a in answers} == {
+        (302, reverse("password_reset_done"))
+    }
+    assert len(mail.outbox) == 2
