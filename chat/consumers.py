@@ -102,6 +102,10 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
                 if not self.accepted:  # a close code needs an open socket
                     await send({"type": "websocket.accept"})
                 await send({"type": "websocket.close", "code": TRY_AGAIN_LATER})
+        finally:
+            # However the socket ended (disconnect() does not run after an error in a handler),
+            # it stops counting among its person's, or a few errors would lock them out.
+            await self.counted_out()
 
     async def accept(self, subprotocol=None, headers=None) -> None:
         await super().accept(subprotocol, headers)
@@ -146,11 +150,7 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
             self.renderer.cancel()
         if self.rejoiner is not None:  # first, or it could join again after the discards
             self.rejoiner.cancel()
-        if self.refresher is not None:  # first, or it could count this socket in again
-            self.refresher.cancel()
-            await sync_to_async(socket_count_out, thread_sensitive=False)(
-                user_id=self.scope["user"].pk, channel=self.channel_name
-            )
+        await self.counted_out()
         for group in self.groups_joined:
             await self.channel_layer.group_discard(group, self.channel_name)
 
@@ -168,6 +168,19 @@ class ConversationConsumer(AsyncJsonWebsocketConsumer):
 
         self.refresher = asyncio.create_task(refresh())
         return True
+
+    async def counted_out(self) -> None:
+        """Once, whichever way the socket ends. A refresh still under way in its thread when the
+        refresher is cancelled updates only an entry that is there (socket_refresh), so it
+        cannot count the socket in again."""
+        refresher, self.refresher = self.refresher, None
+        if refresher is None:
+            return
+        refresher.cancel()
+        with suppress(Exception):  # Redis away: the entry lapses by itself
+            await sync_to_async(socket_count_out, thread_sensitive=False)(
+                user_id=self.scope["user"].pk, channel=self.channel_name
+            )
 
     async def rejoin_groups(self) -> None:
         """A channel layer forgets a group member group_expiry after it joined (channels-redis:

@@ -51,7 +51,9 @@ def socket_refresh(*, user_id: int, channel: str) -> None:
     key = sockets_key(user_id)
     try:
         with redis_client().pipeline() as pipe:
-            pipe.zadd(key, {channel: time.time() + ENTRY_SECONDS})  # back, if Redis lost it
+            # Only an entry that is there: a refresh that ran late, after the socket closed,
+            # must not count it in again (one Redis lost is let go: its socket counts no more).
+            pipe.zadd(key, {channel: time.time() + ENTRY_SECONDS}, xx=True)
             pipe.expire(key, ENTRY_SECONDS)
             pipe.execute()
     except redis.RedisError:  # the next refresh tries again; meanwhile the entry may lapse

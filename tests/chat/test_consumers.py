@@ -419,3 +419,31 @@ def test_conversations_of_the_same_title_are_told_apart_in_the_sidebar(client):
     assert sidebar.count("data-started") == 2  # each twin says when it was started
     entries = [entry for entry in sidebar.split("<li") if "Something else" in entry]
     assert entries and "data-started" not in entries[0]
+
+
+def test_a_socket_that_ends_in_an_error_stops_counting_among_its_persons(owned, monkeypatch):
+    """disconnect() does not run after an error in a handler: the socket must still leave its
+    person's count, or a few such errors would lock them out of their conversations."""
+    from chat.consumers import ConversationConsumer
+    from chat.socket_counts import sockets_key
+    from continuity.delivery import redis_client
+
+    owner, conversation, _ = owned
+    headers = session_headers(owner)
+
+    async def broken_receive(self, text_data=None, bytes_data=None):
+        raise RuntimeError("a handler's fault")
+
+    monkeypatch.setattr(ConversationConsumer, "receive", broken_receive)
+
+    async def scenario():
+        socket = communicator(conversation.pk, headers)
+        assert (await socket.connect())[0]
+        counted = redis_client().zcard(sockets_key(owner.pk))
+        await socket.send_json_to({"type": "sync", "after": 0, "waiting": []})
+        with pytest.raises(RuntimeError):
+            await socket.wait(timeout=5)
+        return counted
+
+    assert async_to_sync(scenario)() == 1
+    assert redis_client().zcard(sockets_key(owner.pk)) == 0

@@ -198,9 +198,11 @@ export function liveChannel(main) {
         signedIn = false;
         signedOut();
       }
-      if (closed.code === TOO_MANY_SOCKETS && !crowded) {
-        crowded = true;
-        tooManyTabs(true);
+      if ((closed.code === TOO_MANY_SOCKETS) !== crowded) {
+        // Refused for too many tabs, or no longer: a later close for another reason (a network
+        // loss, a sign-out) says that reason, and reconnects at the usual pace.
+        crowded = !crowded;
+        tooManyTabs(crowded);
       }
       // Signed out, the page keeps trying (a sign-in in another tab lets it back in), and each
       // refused try is still "signed out", not a network trouble. Refused for too many tabs,
