@@ -130,9 +130,11 @@ def search_view(request: HttpRequest) -> HttpResponse:
         {"hit": hit, "snippet": highlighted(hit.snippet)}
         for hit in conversations_search(owner=request.user, query=query)
     ]
+    found = {item["hit"].conversation.pk for item in hits}
     earlier = [
         {"hit": hit, "snippet": highlighted(hit.snippet)}
         for hit in earlier_versions_search(owner=request.user, query=query)
+        if hit.conversation.pk not in found  # listed once, where it shows what was found
     ]
     return render(
         request,

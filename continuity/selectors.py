@@ -519,9 +519,9 @@ def conversations_search(*, owner, query: str) -> list[SearchHit]:
 
 
 def earlier_versions_search(*, owner, query: str) -> list[SearchHit]:
-    """The owner's conversations with a match only in messages an edit or a regeneration
-    replaced (hidden versions), which `conversations_search` leaves out: the search page says
-    where they are rather than skip them silently."""
+    """The owner's conversations with a match in messages an edit or a regeneration replaced
+    (hidden versions), which `conversations_search` leaves out: the search page says where
+    they are rather than skip them silently."""
     query = query.strip()
     if not query:
         return []

@@ -328,3 +328,5 @@ def test_search_says_what_it_found_on_earlier_versions(chat):
     assert "<mark>zebra</mark>" in html
     shown = client.get(reverse("chat:search"), {"q": "giraffe"}).content.decode()
     assert f'data-hit="{chat.pk}"' in shown and "data-earlier-hit" not in shown
+    both = client.get(reverse("chat:search"), {"q": "trip"}).content.decode()
+    assert f'data-hit="{chat.pk}"' in both and "data-earlier-hit" not in both  # listed once
