@@ -214,3 +214,26 @@ def exited_within(pid: int, *, seconds: float) -> bool:
     os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
     return False
+
+
+def test_a_cursor_asked_of_the_connection_itself_holds_the_gate_too(sqlite_file):
+    """Django's last_executed_query, which logs every query under DEBUG, asks the SQLite
+    connection for a cursor of its own."""
+    connection = sqlite_file["default"]
+    connection.ensure_connection()
+    raw = connection.connection.cursor()
+    held = []
+    original = fork_gate.hold
+
+    def counting_hold():
+        held.append(threading.get_ident())
+        return original()
+
+    fork_gate.hold = counting_hold
+    try:
+        raw.execute("SELECT QUOTE(?)", ("x",))
+        assert raw.fetchone() == ("'x'",)
+        raw.close()
+    finally:
+        fork_gate.hold = original
+    assert len(held) == 3  # execute, fetch and close

@@ -136,6 +136,9 @@ class Connection(sqlite3.Connection):
         with self.gated():
             super().rollback()
 
+    def cursor(self, factory=None):
+        return super().cursor(factory or RawCursor)
+
     def close(self) -> None:
         if self.opened_by != os.getpid():
             return  # the parent's: see the module's docstring
@@ -178,14 +181,20 @@ class Connection(sqlite3.Connection):
             self._held_by = None
 
 
-class Cursor(base.SQLiteCursorWrapper):
-    def execute(self, query, params=None):
-        with self.connection.gated():
-            return super().execute(query, params)
+class GatedCursor:
+    """What a cursor does in SQLite, each call holding the gate."""
 
-    def executemany(self, query, param_list):
+    def execute(self, *args, **kwargs):
         with self.connection.gated():
-            return super().executemany(query, param_list)
+            return super().execute(*args, **kwargs)
+
+    def executemany(self, *args, **kwargs):
+        with self.connection.gated():
+            return super().executemany(*args, **kwargs)
+
+    def executescript(self, *args, **kwargs):
+        with self.connection.gated():
+            return super().executescript(*args, **kwargs)
 
     def fetchone(self):
         with self.connection.gated():
@@ -209,6 +218,15 @@ class Cursor(base.SQLiteCursorWrapper):
 
     def __del__(self) -> None:
         self.close()
+
+
+class RawCursor(GatedCursor, sqlite3.Cursor):
+    """A cursor asked of the connection itself: Django's last_executed_query makes one for
+    every query it logs (DEBUG, as `make run` has it)."""
+
+
+class Cursor(GatedCursor, base.SQLiteCursorWrapper):
+    """Django's cursor ("format" parameters turned into SQLite's), gated."""
 
 
 class DatabaseWrapper(base.DatabaseWrapper):
