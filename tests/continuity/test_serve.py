@@ -14,6 +14,7 @@ from django.core.management.base import CommandError
 from continuity.management.commands.serve import (
     CLAIM_KEY,
     redis_database_claim,
+    site_url_default,
     supervisord_config,
     write_private,
 )
@@ -65,3 +66,12 @@ def test_supervisord_runs_as_its_user_and_asks_supervisorctl_for_a_password(tmp_
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert path.read_text() == config
     assert supervisord_config({}, run_dir=tmp_path) != supervisord_config({}, run_dir=tmp_path)
+
+
+def test_links_in_mail_name_the_address_served_unless_site_url_is_set(monkeypatch):
+    monkeypatch.delenv("SITE_URL", raising=False)
+    assert site_url_default(host="127.0.0.1", port=8001) == {"SITE_URL": "http://127.0.0.1:8001"}
+    assert site_url_default(host="0.0.0.0", port=8000) == {"SITE_URL": "http://127.0.0.1:8000"}
+    assert site_url_default(host="::1", port=8000) == {"SITE_URL": "http://[::1]:8000"}
+    monkeypatch.setenv("SITE_URL", "https://chat.example.org")
+    assert site_url_default(host="127.0.0.1", port=8001) == {}

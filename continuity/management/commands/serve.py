@@ -108,6 +108,7 @@ class Command(BaseCommand):
                 redis_url, programs["redis"] = self.embedded_redis(run_dir)
                 broker = {"REDIS_URL": redis_url}
         programs.update(app_programs(host=host, port=port, workers=workers))
+        broker.update(site_url_default(host=host, port=port))
         call_command("migrate", interactive=False, verbosity=1)
         call_command("collectstatic", interactive=False, verbosity=0)
         self.ensure_accounts()
@@ -169,6 +170,22 @@ class Command(BaseCommand):
                 username, password=password, is_staff=staff, is_superuser=staff
             )
             self.stdout.write(f"Created account {username!r} with password {password!r}.")
+
+
+def site_url_default(*, host: str, port: int) -> dict[str, str]:
+    """SITE_URL for the programs, unless it is set: the address this command serves at, so
+    that a reset link from `make run PORT=8001` names port 8001. A server listening on every
+    address is named by this machine's loopback; reached by another name, set SITE_URL."""
+    if os.environ.get("SITE_URL"):
+        return {}
+    name = loopback_for(host)
+    name = f"[{name}]" if ":" in name else name
+    return {"SITE_URL": f"http://{name}:{port}"}
+
+
+def loopback_for(host: str) -> str:
+    """The address a server listening on `host` answers at on this machine."""
+    return "127.0.0.1" if host in ("0.0.0.0", "") else "::1" if host == "::" else host
 
 
 def app_programs(*, host: str, port: int, workers: int) -> dict[str, tuple[str, int]]:
@@ -251,7 +268,7 @@ def announce_when_listening(host: str, port: int, line: str, *, within: float = 
         return
     if os.fork():
         os._exit(0)
-    address = "127.0.0.1" if host in ("0.0.0.0", "") else "::1" if host == "::" else host
+    address = loopback_for(host)
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         try:
