@@ -25,7 +25,11 @@ export function noteState(exchange, { quietly = false } = {}) {
   const label = again ? AGAIN_LABEL : ANSWER_LABELS[exchange.dataset.state];
   if (!label || announcedLabel.get(id) === label) return;
   announcedLabel.set(id, label);
-  if (!quietly) announce(label);
+  // The status by the composer says why a cut-off message waits (paused, counting down, no
+  // assistant running) and is announced when it changes: whichever of the two events comes
+  // last, that reason stays the last thing said, not the vaguer "waiting again".
+  const explained = again && document.querySelector("#conversation-status [data-announce]");
+  if (!quietly && !explained) announce(label);
 }
 
 // Composer-side hints. A waiting message that has shown no progress (no new rendering, no
